@@ -1,0 +1,48 @@
+# Two commands on a fresh machine (see README.md):
+#   make book   -> executes every chapter at its defaults and builds the HTML book into _build/html
+#   make test   -> unit tests + nbval over every chapter notebook in book/
+# Other targets: make reproduce CHAPTER=<name>, make bench, make data, make clean.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.ldptut-installed
+# Datasets the chapters' default runs read (converted once into data/).
+BOOK_DATASETS ?= mnist
+# Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
+CHAPTERS := $(filter-out book/runs/%,$(wildcard book/*.ipynb))
+
+.PHONY: book test data reproduce bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[book,test]'
+	touch $(STAMP)
+
+data: $(STAMP)
+	$(BIN)/python -m ldptut.data $(BOOK_DATASETS)
+
+book: data
+	rm -rf _build/html _build/.jupyter_cache
+	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
+	@echo "Book built: _build/html/index.html"
+
+test: data
+	$(BIN)/python -m pytest tests $(CHAPTERS) --nbval-lax --nbval-current-env -p no:cacheprovider
+
+# Paper-scale run of one chapter: papermill with book/params/<CHAPTER>-paper.yaml -> book/runs/<CHAPTER>-paper.ipynb
+reproduce: data
+	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> (see book/params/)"; exit 2; }
+	@test -f book/params/$(CHAPTER)-paper.yaml || { echo "no parameter file book/params/$(CHAPTER)-paper.yaml"; exit 2; }
+	cd book && ../$(BIN)/papermill $(CHAPTER).ipynb runs/$(CHAPTER)-paper.ipynb -f params/$(CHAPTER)-paper.yaml \
+		-k python3 --cwd . --request-save-on-cell-execute
+	$(BIN)/python -m ldptut.notebooks mark-paper-run book/runs/$(CHAPTER)-paper.ipynb book/params/$(CHAPTER)-paper.yaml
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_mechanisms.py
+	$(BIN)/python benchmarks/bench_fl.py
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,173 @@
+"""Simulator: determinism, vectorised vs sequential equivalence, privatizer/aggregator plumbing, bad input."""
+import math
+
+import pytest
+import torch
+
+from ldptut import fl, models
+from ldptut.mechanisms import TwoPoint
+from ldptut.rng import derive_seed, generator
+
+
+def _toy(n=1200, n_test=300, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(64, 4, generator=g)
+    x = torch.randn(n + n_test, 1, 8, 8, generator=g)
+    y = (x.flatten(1) @ w).argmax(1)
+    # unequal client sizes exercise the masked (padded) steps of the vectorised path
+    sizes = [150, 120, 90, 200, 130, 110, 100, 140]
+    starts = torch.tensor([0] + sizes).cumsum(0)
+    parts = [torch.arange(int(starts[i]), int(starts[i]) + s) for i, s in enumerate(sizes)]
+    return dict(x_train=x[:n], y_train=y[:n], x_test=x[n:], y_test=y[n:], partition=parts)
+
+
+def _vec(result):
+    return result.layout.flatten({k: v.detach() for k, v in result.model.named_parameters()})
+
+
+def _run(model_name="mlp", **kw):
+    data = _toy()
+    model = models.build_model(model_name, input_shape=(1, 8, 8), num_classes=4, seed=3)
+    args = dict(rounds=3, client_fraction=0.5, local_epochs=2, batch_size=32, lr=0.1, seed=11, progress=False)
+    args.update(kw)
+    return fl.run_fedavg(model, **data, **args)
+
+
+def test_derive_seed_depends_on_every_key_part():
+    base = derive_seed(0, "round", 1, "client", 2)
+    assert base == derive_seed(0, "round", 1, "client", 2)
+    others = {derive_seed(1, "round", 1, "client", 2), derive_seed(0, "round", 2, "client", 2),
+              derive_seed(0, "round", 1, "client", 3), derive_seed(0, "round", 1, "server", 2)}
+    assert base not in others and len(others) == 4
+    a = torch.rand(5, generator=generator(0, "x"))
+    torch.rand(100)  # global RNG use in between must not matter
+    assert torch.equal(a, torch.rand(5, generator=generator(0, "x")))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "0", True])
+def test_derive_seed_rejects_bad_seed(bad):
+    with pytest.raises((ValueError, TypeError)):
+        derive_seed(bad, "x")
+
+
+def test_same_seed_same_history_and_weights():
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.FixedRange(0.0, 0.5))
+    a, b = _run(privatizer=priv), _run(privatizer=priv)
+    cols = ["round", "accuracy", "loss", "clients"]
+    assert a.history[cols].equals(b.history[cols])
+    assert torch.equal(_vec(a), _vec(b))
+    c = _run(privatizer=priv, seed=12)
+    assert not torch.equal(_vec(a), _vec(c))
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "cnn2", "logreg"])
+@pytest.mark.parametrize("optimizer,lr,momentum", [("sgd", 0.1, 0.0), ("sgd", 0.05, 0.9), ("adam", 1e-3, 0.0)])
+def test_vectorised_matches_sequential(model_name, optimizer, lr, momentum):
+    kw = dict(model_name=model_name, optimizer=optimizer, lr=lr, momentum=momentum, rounds=2)
+    v, s = _run(vectorize=True, **kw), _run(vectorize=False, **kw)
+    assert (v.history["accuracy"] - s.history["accuracy"]).abs().max() <= 1e-5
+    # Adam divides by sqrt(v): float rounding grows over steps, hence the looser weight tolerance
+    tol = 1e-5 if optimizer == "sgd" else 1e-3
+    assert (_vec(v) - _vec(s)).abs().max().item() <= tol
+
+
+def test_vectorised_matches_sequential_with_privatizer_and_updates():
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=2.0, range=fl.FixedRange(0.0, 0.05))
+    kw = dict(privatizer=priv, send="updates", aggregator="mean", rounds=2)
+    v, s = _run(vectorize=True, **kw), _run(vectorize=False, **kw)
+    assert (_vec(v) - _vec(s)).abs().max().item() <= 1e-5
+
+
+def test_client_chunking_does_not_change_result():
+    a, b = _run(client_chunk=None), _run(client_chunk=1)
+    assert (_vec(a) - _vec(b)).abs().max().item() <= 1e-6
+
+
+def test_training_learns_without_privacy():
+    r = _run(rounds=5, client_fraction=1.0)
+    assert r.history["accuracy"].iloc[-1] > 0.6  # 4 balanced-ish classes: chance is about 0.25
+    assert list(r.history.columns[:3]) == ["round", "accuracy", "loss"]
+
+
+def test_batch_schedule_covers_each_sample_once_per_epoch():
+    s = fl.batch_schedule(10, epochs=3, batch_size=4, generator=generator(0, "t"))
+    assert s.shape == (9, 4)
+    for e in range(3):
+        block = s[3 * e:3 * e + 3].flatten()
+        assert sorted(block[block >= 0].tolist()) == list(range(10))
+
+
+def test_sample_clients_fraction_and_determinism():
+    ids = fl.sample_clients(100, 0.1, seed=0, round=1)
+    assert len(ids) == 10 and len(set(ids.tolist())) == 10
+    assert torch.equal(ids, fl.sample_clients(100, 0.1, seed=0, round=1))
+    assert not torch.equal(ids, fl.sample_clients(100, 0.1, seed=0, round=2))
+    assert len(fl.sample_clients(100, 0.001, seed=0, round=1)) == 1
+
+
+def test_privatizer_gets_one_generator_per_client_and_layer_slices():
+    seen = {}
+
+    def spy(payloads, *, context):
+        seen["shape"] = tuple(payloads.shape)
+        seen["gens"] = len(context.generators)
+        seen["d"] = context.layout.numel
+        return payloads
+
+    r = _run(privatizer=spy, rounds=1, client_fraction=1.0)
+    assert seen["shape"] == (8, r.layout.numel) and seen["gens"] == 8
+    assert seen["d"] == models.count_parameters(r.model)
+
+
+def test_global_model_range_uses_only_the_global_model():
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=0)
+    layout = fl.ParamLayout.from_model(model)
+    g = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
+    ctx = fl.RoundContext(round=1, client_ids=torch.arange(2), layout=layout, global_vector=g,
+                          generators=[], send="weights", num_samples=torch.ones(2))
+    c, r = fl.GlobalModelRange(margin=1.0)(ctx)
+    for s in layout.slices:
+        assert torch.allclose(c[s], (g[s].max() + g[s].min()) / 2)
+        assert torch.all(g[s] >= c[s] - r[s]) and torch.all(g[s] <= c[s] + r[s])
+
+
+def test_weighted_mean_uses_sample_counts():
+    payloads = torch.tensor([[0.0, 1.0], [1.0, 3.0]])
+    ctx = fl.RoundContext(round=1, client_ids=torch.arange(2), layout=None, global_vector=None, generators=[],
+                          send="weights", num_samples=torch.tensor([1.0, 3.0]))
+    assert torch.allclose(fl.weighted_mean_aggregator(payloads, context=ctx), torch.tensor([0.75, 2.5]))
+    assert torch.allclose(fl.mean_aggregator(payloads, context=ctx), torch.tensor([0.5, 2.0]))
+
+
+@pytest.mark.parametrize("kw,name", [
+    (dict(rounds=0), "rounds"), (dict(local_epochs=0), "local_epochs"), (dict(batch_size=0), "batch_size"),
+    (dict(client_fraction=0.0), "client_fraction"), (dict(client_fraction=1.5), "client_fraction"),
+    (dict(client_fraction=math.nan), "client_fraction"), (dict(send="grads"), "send"),
+    (dict(optimizer="rmsprop"), "optimizer"), (dict(lr=-1.0), "lr"), (dict(aggregator="median"), "aggregator"),
+])
+def test_bad_parameters_raise_naming_them(kw, name):
+    with pytest.raises(ValueError, match=name):
+        _run(**kw)
+
+
+def test_bad_range_and_epsilon_raise():
+    with pytest.raises(ValueError, match="radius"):
+        fl.FixedRange(0.0, 0.0)
+    with pytest.raises(ValueError, match="margin"):
+        fl.GlobalModelRange(margin=-1)
+    with pytest.raises(ValueError, match="epsilon"):
+        fl.LocalPerturbation(mechanism=TwoPoint, epsilon=float("nan"))
+
+
+def test_models_build_and_count():
+    for name, shape in [("logreg", (1, 28, 28)), ("mlp", (1, 28, 28)), ("cnn2", (1, 28, 28)),
+                        ("small_vgg", (3, 32, 32)), ("resnet18", (3, 32, 32))]:
+        m = models.build_model(name, input_shape=shape, num_classes=10, seed=0)
+        assert m(torch.zeros(2, *shape)).shape == (2, 10)
+    assert models.count_parameters(models.build_model("logreg", input_shape=(1, 28, 28), num_classes=10)) == 7850
+    assert models.count_parameters(models.build_model("cnn2", input_shape=(1, 28, 28), num_classes=10)) == 1199882
+    a = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=5)
+    b = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=5)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    with pytest.raises(ValueError, match="unknown model"):
+        models.build_model("vgg99", input_shape=(1, 8, 8), num_classes=4)
