@@ -1,0 +1,68 @@
+"""Benchmark (not a test): cost of simulating FL relative to centralised training, measured in one run.
+
+(b) one FedAvg round on MNIST (100 IID clients, MLP 784-200-10, 1 local epoch, batch B) next to
+    centralised training of the same model over the same 60,000 samples with the same batch size;
+(c) the vectorised (torch.func vmap) client path next to the sequential torch.optim path.
+Prints a table of seconds and ratios. Usage: python benchmarks/bench_fl.py [--batch 32] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import torch
+
+from ldptut import fl, models
+from ldptut.data import load_dataset
+from ldptut.partition import iid
+
+
+def best_of(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", default="mlp")
+    args = ap.parse_args()
+
+    ds = load_dataset("mnist")
+    parts = iid(ds.y_train.shape[0], args.clients, seed=0)
+    model = models.build_model(args.model, input_shape=ds.input_shape, num_classes=ds.num_classes, seed=0)
+    common = dict(x_train=ds.x_train, y_train=ds.y_train, partition=parts, x_test=ds.x_test[:1],
+                  y_test=ds.y_test[:1], rounds=1, local_epochs=1, batch_size=args.batch, lr=0.05, progress=False)
+    used = torch.cat(parts)
+
+    def fed(vectorize: bool):
+        return lambda: fl.run_fedavg(model, vectorize=vectorize, **common)
+
+    def central():
+        fl.train_centralised(model, x_train=ds.x_train[used], y_train=ds.y_train[used], epochs=1,
+                             batch_size=args.batch, lr=0.05)
+
+    fed(True)()  # warm-up (vmap tracing, allocator)
+    central()
+    t_central = best_of(central, args.repeats)
+    t_vec = best_of(fed(True), args.repeats)
+    t_seq = best_of(fed(False), args.repeats)
+    print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
+    print(f"MNIST, {args.clients} IID clients x {len(parts[0])} samples, model {args.model} "
+          f"(d = {models.count_parameters(model):,}), 1 local epoch, batch {args.batch}, best of {args.repeats}")
+    print(f"{'what':<48}{'seconds':>10}{'ratio':>10}")
+    print(f"{'centralised training, same samples, 1 epoch':<48}{t_central:>10.3f}{1.0:>10.2f}")
+    print(f"{'(b) one FL round, vectorised clients':<48}{t_vec:>10.3f}{t_vec / t_central:>10.2f}")
+    print(f"{'(c) one FL round, sequential clients':<48}{t_seq:>10.3f}{t_seq / t_central:>10.2f}")
+    print(f"{'(c) vectorised speed-up over sequential':<48}{'':>10}{t_seq / t_vec:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
