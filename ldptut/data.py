@@ -1038,3 +1038,20 @@ def load_dataset(name: str, *, root: Optional[PathLike] = None, device: DeviceLi
     if key not in DATASETS:
         raise ValueError(f"unknown data set {name!r}; known names: {', '.join(DATASETS)}")
     return DATASETS[key](root=root, device=device, download=download, **kwargs)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """``python -m ldptut.data NAME...``: make each dataset available in the cache (``make data``)."""
+    import sys
+
+    names = list(sys.argv[1:] if argv is None else argv)
+    if not names:
+        sys.exit(f"usage: python -m ldptut.data NAME... (known: {', '.join(DATASETS)})")
+    for name in names:
+        ds = load_dataset(name)
+        print(f"{ds.name}: {ds.x_train.shape[0]:,} train / {ds.x_test.shape[0]:,} test, from {ds.source} "
+              f"(cache: {data_root()})")
+
+
+if __name__ == "__main__":
+    main()

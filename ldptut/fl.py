@@ -285,33 +285,44 @@ def _client_init(params: dict[str, torch.Tensor], m: int, opt: OptimizerSpec) ->
 
 
 def _client_step(state: dict, grads: dict[str, torch.Tensor], active: torch.Tensor, opt: OptimizerSpec) -> None:
-    """FedJAX-style step, vectorised over the m clients; clients with ``active == False`` are unchanged."""
-    step = state["step"] + active.to(state["step"].dtype)
-    state["step"] = step
+    """FedJAX-style step, vectorised over the m clients; clients with ``active == False`` are unchanged.
+
+    Updates the state tensors in place (they belong to this round's clients only). When every client
+    is active (equal shard sizes, the usual case) no masking pass is made.
+    """
+    all_active = bool(active.all())
+    state["step"] += active.to(state["step"].dtype)
+    step = state["step"]
     for k, p in state["params"].items():
         shape = (-1,) + (1,) * (p.dim() - 1)
         a = active.view(shape)
         g = grads[k]
         if opt.weight_decay:
-            g = g + opt.weight_decay * p
-        if opt.name == "sgd":
-            if opt.momentum > 0:
-                buf = state["buf"][k]
-                first = (step == 1).view(shape)
-                new_buf = torch.where(first, g, opt.momentum * buf + g)
-                state["buf"][k] = torch.where(a, new_buf, buf)
-                g = new_buf
-            state["params"][k] = torch.where(a, p - opt.lr * g, p)
+            g = g.add_(p, alpha=opt.weight_decay)
+        if opt.name == "sgd" and opt.momentum == 0:
+            if not all_active:
+                g = g.mul_(a)  # a zero gradient leaves an inactive client's weights unchanged
+            p.add_(g, alpha=-opt.lr)
+        elif opt.name == "sgd":
+            buf = state["buf"][k]
+            first = (step == 1).view(shape)
+            new_buf = torch.where(first, g, opt.momentum * buf + g)
+            if not all_active:
+                new_buf = torch.where(a, new_buf, buf)
+            state["buf"][k] = new_buf
+            p.add_(new_buf if all_active else new_buf * a, alpha=-opt.lr)
         else:
             b1, b2 = opt.betas
-            m1 = torch.where(a, b1 * state["m1"][k] + (1 - b1) * g, state["m1"][k])
-            m2 = torch.where(a, b2 * state["m2"][k] + (1 - b2) * g * g, state["m2"][k])
+            m1 = state["m1"][k].mul(b1).add_(g, alpha=1 - b1)
+            m2 = state["m2"][k].mul(b2).addcmul_(g, g, value=1 - b2)
+            if not all_active:
+                m1, m2 = torch.where(a, m1, state["m1"][k]), torch.where(a, m2, state["m2"][k])
             state["m1"][k], state["m2"][k] = m1, m2
             t = step.clamp(min=1).view(shape)
             bc1 = 1 - b1 ** t
             bc2_sqrt = torch.sqrt(1 - b2 ** t)
-            denom = m2.sqrt() / bc2_sqrt + opt.eps
-            state["params"][k] = torch.where(a, p - (opt.lr / bc1) * m1 / denom, p)
+            delta = (opt.lr / bc1) * m1 / (m2.sqrt() / bc2_sqrt + opt.eps)
+            p.sub_(delta if all_active else delta * a)
 
 
 def _client_final(state: dict, layout: ParamLayout) -> torch.Tensor:
@@ -414,13 +425,16 @@ def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor
                local_epochs: int = 1, batch_size: int = 32, optimizer: str = "sgd", lr: float = 0.01,
                momentum: float = 0.0, weight_decay: float = 0.0, send: str = "weights",
                privatizer: Privatizer | None = None, aggregator: str | Aggregator = "weighted_mean",
-               seed: int = 0, device: str | torch.device = "cpu", vectorize: bool = True,
+               seed: int = 0, device: str | torch.device = "cpu", vectorize: bool | str = "auto",
                client_chunk: int | None = None, progress: bool = True, desc: str = "FL rounds") -> FLResult:
     """Simulate ``rounds`` rounds of FedAvg with optional local perturbation; see the module docstring.
 
     ``model`` gives the architecture and the initial global weights (it is copied, not modified).
     ``partition`` is a list of index tensors into ``x_train`` (one per client). ``client_chunk``
     bounds how many clients are trained at once on the vectorised path (memory).
+    ``vectorize="auto"`` uses the vmap path for models without convolutions and the sequential path
+    otherwise: on CPU, vmap turns a convolution with per-client weights into a grouped convolution that
+    we measured several times slower than looping over clients (benchmarks/bench_fl.py).
     """
     _check_positive_int("rounds", rounds)
     _check_positive_int("local_epochs", local_epochs)
@@ -436,6 +450,12 @@ def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor
     opt = OptimizerSpec(name=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
     agg = make_aggregator(aggregator)
     device = torch.device(device)
+    if vectorize == "auto":
+        has_conv = any(isinstance(mod, nn.modules.conv._ConvNd) for mod in model.modules())
+        has_buffers = any(b.numel() for b in model.buffers())
+        vectorize = not has_buffers and (device.type != "cpu" or not has_conv)
+    elif not isinstance(vectorize, bool):
+        raise ValueError(f"vectorize must be True, False or 'auto', got {vectorize!r}")
     if any(b.numel() for b in model.buffers()) and vectorize:
         raise ValueError("the model has buffers (e.g. BatchNorm running stats); use vectorize=False")
 
