@@ -1,0 +1,507 @@
+"""Statistical and contract tests for ldptut.mechanisms.
+
+The statistical checks are shared helper functions (mean_within_se, variance_within,
+frequencies_match); the "can fail" tests feed deliberately wrong mechanisms to the very same
+functions and assert that they report failure.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ldptut.mechanisms as M
+from ldptut.mechanisms import (
+    MECHANISMS,
+    Guarantee,
+    Hybrid,
+    Laplace,
+    Piecewise,
+    RandomizedResponse,
+    TwoPoint,
+    make_mechanism,
+)
+from ldptut.privacy import exact_ldp_audit, histogram_ratio_exact, monte_carlo_audit
+from ldptut.rng import generator
+
+N = 100_000  # samples per input point
+
+
+# --------------------------------------------------------------------------------------------------
+# shared statistical checks
+# --------------------------------------------------------------------------------------------------
+def mean_within_se(samples: torch.Tensor, expected, variance, n_se: float = 4.0):
+    """Column-wise: |mean(samples) - expected| <= n_se * sqrt(variance / n). Returns (ok, z)."""
+    s = samples.to(torch.float64)
+    n = s.shape[0]
+    z = (s.mean(0) - torch.as_tensor(expected, dtype=torch.float64)) / torch.sqrt(
+        torch.as_tensor(variance, dtype=torch.float64) / n
+    )
+    return bool((z.abs() <= n_se).all()), z
+
+
+def variance_within(samples: torch.Tensor, expected_variance, rel_tol: float = 0.10):
+    """Column-wise: |var(samples) / expected - 1| <= rel_tol. Returns (ok, relative error)."""
+    v = samples.to(torch.float64).var(0)
+    rel = v / torch.as_tensor(expected_variance, dtype=torch.float64) - 1.0
+    return bool((rel.abs() <= rel_tol).all()), rel
+
+
+def frequencies_match(counts: torch.Tensor, probs: torch.Tensor, alpha: float = 1e-6):
+    """Per-category binomial z-test with Bonferroni over categories (family level ``alpha``):
+    |k_i - n p_i| <= z sqrt(n p_i (1 - p_i)); categories with p_i = 0 must be empty.
+    Also returns the chi-square statistic for information. Returns (ok, z-scores)."""
+    counts = counts.to(torch.float64)
+    probs = probs.to(torch.float64)
+    n = counts.sum()
+    zc = float(torch.special.ndtri(torch.tensor(1 - alpha / (2 * counts.numel()), dtype=torch.float64)))
+    sd = torch.sqrt(n * probs * (1 - probs))
+    z = torch.where(sd > 0, (counts - n * probs) / torch.where(sd > 0, sd, 1.0), torch.where(counts > 0, math.inf, 0.0))
+    return bool((z.abs() <= zc).all()), z
+
+
+def simpson_bin_probs(density, x, edges: torch.Tensor, n_sub: int = 2000) -> torch.Tensor:
+    """∫ density(y, x) dy over each bin (composite Simpson; used to test `density` itself)."""
+    a, b = edges[:-1], edges[1:]
+    t = torch.linspace(0, 1, 2 * n_sub + 1, dtype=torch.float64)
+    pts = a[:, None] + (b - a)[:, None] * t
+    f = density(pts, torch.tensor(x, dtype=torch.float64))
+    w = torch.ones_like(t)
+    w[1:-1:2], w[2:-1:2] = 4.0, 2.0
+    return (f * w).sum(1) * (b - a) / (6 * n_sub)
+
+
+def draw(mech, x_row: torch.Tensor, n: int, seed: int, *keys, dtype=torch.float32) -> torch.Tensor:
+    """n independent reports for each element of x_row: shape (n, *x_row.shape)."""
+    x = x_row.to(dtype).expand(n, *x_row.shape).contiguous()
+    return mech.privatize(x, generator(seed, type(mech).__name__, "draw", *keys))
+
+
+# --------------------------------------------------------------------------------------------------
+# deliberately wrong mechanisms
+# --------------------------------------------------------------------------------------------------
+class SkewedTwoPoint(TwoPoint):
+    """P[plus] inflated by 0.05 in both the sampler and the reported distribution: biased and not
+    ε-LDP (the minus outcome's ratio exceeds e^ε)."""
+
+    SKEW = 0.05
+
+    def output_distribution(self, x):
+        v, p = super().output_distribution(x)
+        pp = (p[..., 1] + self.SKEW).clamp(max=1.0)
+        return v, torch.stack([1 - pp, pp], -1)
+
+    def privatize(self, x, generator=None):
+        v, p = self.output_distribution(x)
+        u = torch.rand(x.shape, generator=generator, dtype=torch.float64)
+        return torch.where(u < p[..., 1], v[..., 1], v[..., 0]).to(x.dtype)
+
+
+class NarrowLaplace(Laplace):
+    """Claims Laplace(ε) but samples with scale shrink * 2r / ε (variance off by shrink²)."""
+
+    def __init__(self, *, shrink: float, **kw):
+        super().__init__(**kw)
+        self._inner = Laplace(epsilon=self.epsilon / shrink, center=self.center, radius=self.radius)
+
+    def privatize(self, x, generator=None):
+        return self._inner.privatize(x, generator)
+
+
+class WrongEpsPiecewise(Piecewise):
+    """Samples PM with 2ε but reports the density for ε."""
+
+    def privatize(self, x, generator=None):
+        return Piecewise(epsilon=2 * self.epsilon, center=self.center, radius=self.radius).privatize(x, generator)
+
+
+# --------------------------------------------------------------------------------------------------
+# cases
+# --------------------------------------------------------------------------------------------------
+GRID = torch.tensor([-1.7, -1.0, -0.5, 0.0, 0.3, 1.0, 2.5])  # range ends + clipped values
+CENTER_T = torch.tensor([0.0, 2.0, -1.5, 10.0])
+RADIUS_T = torch.tensor([1.0, 0.5, 3.0, 0.25])
+X_T = CENTER_T + RADIUS_T * torch.tensor([-1.0, 1.0, 0.3, 1.7])  # per-element ranges, last one clipped
+
+CONTINUOUS = [Laplace, Piecewise, Hybrid]
+RANGED = [TwoPoint, Laplace, Piecewise, Hybrid]
+
+CASES = []
+for cls in RANGED:
+    for eps in (0.5, 1.0, 4.0):
+        CASES.append(pytest.param(cls, dict(epsilon=eps), GRID, id=f"{cls.__name__}-eps{eps}"))
+    CASES.append(
+        pytest.param(cls, dict(epsilon=2.0, center=3.0, radius=2.0), 3.0 + 2.0 * GRID, id=f"{cls.__name__}-c3r2")
+    )
+    CASES.append(
+        pytest.param(cls, dict(epsilon=1.5, center=CENTER_T, radius=RADIUS_T), X_T, id=f"{cls.__name__}-tensor")
+    )
+
+
+@pytest.mark.parametrize("cls,kw,x_row", CASES)
+def test_mean_and_variance(cls, kw, x_row):
+    mech = cls(**kw)
+    y = draw(mech, x_row, N, 1, str(kw["epsilon"]), str(kw.get("center")))
+    assert torch.equal(mech.mean(x_row), mech.clip(x_row).expand(mech.mean(x_row).shape))  # unbiased
+    assert torch.count_nonzero(mech.bias(x_row)) == 0
+    ok, z = mean_within_se(y, mech.mean(x_row), mech.variance(x_row))
+    assert ok, f"mean off: z = {z}"
+    ok, rel = variance_within(y, mech.variance(x_row))
+    assert ok, f"variance off: rel = {rel}"
+
+
+@pytest.mark.parametrize("eps", [0.25, 1.0, 3.0])
+def test_randomized_response_estimate(eps):
+    rr = RandomizedResponse(epsilon=eps)
+    x_row = torch.tensor([0.0, 1.0, 1.0, 0.0])
+    y = draw(rr, x_row, N, 2)
+    assert set(y.unique().tolist()) <= {0.0, 1.0}
+    est = rr.estimate(y)
+    ok, z = mean_within_se(est, x_row, rr.variance(x_row))
+    assert ok, z
+    ok, rel = variance_within(est, rr.variance(x_row))
+    assert ok, rel
+    p = math.exp(eps) / (1 + math.exp(eps))
+    assert rr.variance(x_row)[0].item() == pytest.approx(p * (1 - p) / (2 * p - 1) ** 2, rel=1e-12)
+    assert torch.allclose(rr.mean(x_row), (1 - p) + (2 * p - 1) * x_row.double())
+
+
+def test_randomized_response_integer_and_bool_inputs():
+    rr = RandomizedResponse(epsilon=1.0)
+    xf = (torch.arange(1000) % 2).to(torch.float32)
+    y_f = rr.privatize(xf, generator(3))
+    y_i = rr.privatize(xf.to(torch.int64), generator(3))
+    y_b = rr.privatize(xf.to(torch.bool), generator(3))
+    assert y_i.dtype == torch.int64 and y_b.dtype == torch.bool
+    assert torch.equal(y_f, y_i.to(torch.float32)) and torch.equal(y_f, y_b.to(torch.float32))
+
+
+# ---- determinism, dtype, device, shape ---------------------------------------------------------
+def _input_for(name, shape, dtype):
+    g = torch.Generator().manual_seed(0)
+    if name == "randomized_response":
+        return (torch.rand(shape, generator=g) > 0.5).to(dtype)
+    return (torch.rand(shape, generator=g) * 3 - 1.5).to(dtype)
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_shape_dtype_device_and_determinism(name, dtype):
+    mech = make_mechanism(name, epsilon=1.0)
+    for shape in [(0,), (7,), (3, 5), (300, 700)]:  # the last one exceeds the CPU block size
+        x = _input_for(name, shape, dtype)
+        y1 = mech.privatize(x, generator(5, name))
+        y2 = mech.privatize(x, generator(5, name))
+        y3 = mech.privatize(x, generator(6, name))
+        assert y1.shape == x.shape and y1.dtype == x.dtype and y1.device == x.device
+        assert torch.equal(y1, y2)
+        if x.numel() > 100:
+            assert not torch.equal(y1, y3)
+    # non-contiguous input
+    x = _input_for(name, (400, 300), dtype).t()
+    y = mech.privatize(x, generator(1))
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert torch.equal(y, mech.privatize(x.contiguous(), generator(1)))
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_block_size_does_not_change_output(name, dtype, monkeypatch):
+    """The CPU block path (sequential or with the uniforms drawn on a helper thread) consumes the
+    generator exactly like one torch.rand call on the whole tensor."""
+    mech = make_mechanism(name, epsilon=2.0)
+    x = _input_for(name, (9 * M._CHUNK + 123,), dtype)
+    monkeypatch.setattr(M, "_PIPELINE", True)
+    y_pipe = mech.privatize(x, generator(9))
+    monkeypatch.setattr(M, "_PIPELINE", False)
+    y_seq = mech.privatize(x, generator(9))
+    monkeypatch.setattr(M, "_CHUNK", 1 << 40)
+    y_whole = mech.privatize(x, generator(9))
+    assert torch.equal(y_pipe, y_whole) and torch.equal(y_seq, y_whole)
+    monkeypatch.setattr(M, "_CHUNK", 1000)
+    monkeypatch.setattr(M, "_PIPELINE", True)
+    assert torch.equal(mech.privatize(x, generator(9)), y_whole)
+
+
+def test_draws_come_from_the_generator():
+    """TwoPoint output equals the textbook formula applied to torch.rand from the same generator."""
+    mech = TwoPoint(epsilon=1.0, center=0.5, radius=2.0)
+    x = torch.linspace(-3, 4, 200_001, dtype=torch.float64)
+    y = mech.privatize(x, generator(4, "gen"))
+    u = torch.rand(x.shape, generator=generator(4, "gen"), dtype=torch.float64)
+    v, p = mech.output_distribution(x)
+    expected = torch.where(u < p[..., 1], v[..., 1], v[..., 0])
+    # the sampler folds the threshold into an affine map; allow a rare 1-ulp threshold disagreement
+    assert (y != expected).sum().item() <= 2
+
+
+def test_tensor_parameters_are_moved_and_broadcast():
+    mech = Piecewise(epsilon=1.0, center=CENTER_T.double(), radius=RADIUS_T.to(torch.float16))
+    x = X_T.expand(10, 4).to(torch.float32)
+    y = mech.privatize(x, generator(0))
+    assert y.dtype == torch.float32 and y.shape == (10, 4)
+    lo, hi = mech.support(X_T)
+    assert bool(((y.double() >= lo - 1e-5) & (y.double() <= hi + 1e-5)).all())
+    with pytest.raises(ValueError, match="center"):
+        mech.privatize(torch.zeros(10, 3), generator(0))
+    # per-layer range: one (center, radius) per row
+    layer = TwoPoint(epsilon=1.0, center=torch.tensor([[0.0], [5.0]]), radius=torch.tensor([[1.0], [2.0]]))
+    y = layer.privatize(torch.zeros(2, 1000), generator(0))
+    a = layer.a
+    assert y[0].unique().tolist() == pytest.approx([-a, a], rel=1e-6)
+    assert y[1].unique().tolist() == pytest.approx([5 - 2 * a, 5 + 2 * a], rel=1e-6)
+
+
+# ---- exact / Monte-Carlo LDP audits -------------------------------------------------------------
+@pytest.mark.parametrize("eps", [0.1, 0.5, 1.0, 3.0, 8.0])
+def test_exact_ldp_discrete(eps):
+    rr = exact_ldp_audit(RandomizedResponse(epsilon=eps), [0.0, 1.0])
+    tp = exact_ldp_audit(TwoPoint(epsilon=eps, center=0.2, radius=1.5), torch.linspace(-1.5, 2.0, 29))
+    for res in (rr, tp):
+        assert res.passed
+        assert res.ratio_max <= math.exp(eps) * (1 + 1e-9)
+        assert res.epsilon_observed == pytest.approx(eps, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [Laplace(epsilon=1.0), Piecewise(epsilon=1.0), Piecewise(epsilon=3.0, center=1.0, radius=0.5), Hybrid(epsilon=2.0)],
+    ids=["laplace", "pm", "pm-eps3-c1r0.5", "hybrid"],
+)
+def test_monte_carlo_ldp_continuous(mech):
+    c = mech.center
+    r = mech.radius
+    res = monte_carlo_audit(mech, c - r, c + r, n_samples=200_000, bins=40, generator=generator(11))
+    assert res.passed, res
+    exact = res.details["exact"]
+    assert exact.passed and exact.epsilon_observed <= mech.epsilon + 1e-9
+    # the audit is not vacuous: on these bins the exact binned loss is a sizeable part of ε
+    assert exact.epsilon_observed > 0.5 * mech.epsilon
+
+
+def test_hybrid_continuous_part_ratio_bounded():
+    """The continuous part of HM is PM scaled by β: its density ratio is <= e^ε everywhere."""
+    h = Hybrid(epsilon=2.0)
+    y = torch.linspace(-h.piecewise.C, h.piecewise.C, 4001, dtype=torch.float64)
+    xs = torch.linspace(-1, 1, 21, dtype=torch.float64)
+    d = h.density(y[:, None], xs[None, :])  # (y, x)
+    ratio = d.max(1).values / d.min(1).values
+    assert float(ratio.max()) <= math.exp(2.0) * (1 + 1e-12)
+    assert float(ratio.max()) == pytest.approx(math.exp(2.0), rel=1e-12)
+
+
+# ---- output distribution vs exact law -----------------------------------------------------------
+@pytest.mark.parametrize("eps", [0.5, 2.0])
+def test_discrete_output_distribution(eps):
+    for mech, x_row in [
+        (RandomizedResponse(epsilon=eps), torch.tensor([0.0, 1.0])),
+        (TwoPoint(epsilon=eps, center=-1.0, radius=3.0), -1.0 + 3.0 * GRID),
+    ]:
+        y = draw(mech, x_row, N, 21, dtype=torch.float64)
+        values, probs = mech.output_distribution(x_row)
+        for j in range(x_row.numel()):
+            counts = torch.stack([(y[:, j] == values[j, k]).sum() for k in range(2)])
+            assert int(counts.sum()) == N  # only the two values occur, bit-exactly (float64)
+            ok, z = frequencies_match(counts, probs[j])
+            assert ok, (type(mech).__name__, j, z)
+
+
+def _continuous_bins(mech, x):
+    lo, hi = mech.support(torch.tensor(x))
+    if math.isinf(float(lo)):  # Laplace: finite window, tails as two extra categories
+        b = float(mech.scale)
+        w = float(mech.clip(torch.tensor(x)))
+        return torch.linspace(w - 8 * b, w + 8 * b, 41, dtype=torch.float64)
+    return torch.linspace(float(lo), float(hi), 41, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [Laplace(epsilon=1.0, center=1.0, radius=2.0), Piecewise(epsilon=1.0), Piecewise(epsilon=4.0, center=-2.0, radius=0.5)],
+    ids=["laplace", "pm", "pm-eps4"],
+)
+def test_continuous_density_matches_samples(mech):
+    c, r = mech.center, mech.radius
+    for x in (c - r, c + 0.3 * r, c + r):
+        edges = _continuous_bins(mech, x)
+        probs = simpson_bin_probs(mech.density, x, edges)
+        F = mech.cdf(edges, torch.tensor(x, dtype=torch.float64))
+        assert torch.allclose(probs, F[1:] - F[:-1], atol=1e-4)  # density integrates to the cdf (Simpson error at the jumps)
+        y = mech.privatize(torch.full((N,), x, dtype=torch.float64), generator(31, str(x))).double()
+        inside = torch.histc(y, bins=edges.numel() - 1, min=float(edges[0]), max=float(edges[-1]))
+        below, above = (y < edges[0]).sum(), (y > edges[-1]).sum()
+        counts = torch.cat([below[None].double(), inside.double(), above[None].double()])
+        p_all = torch.cat([F[:1], F[1:] - F[:-1], 1 - F[-1:]])
+        ok, z = frequencies_match(counts, p_all)
+        assert ok, (x, z)
+
+
+def test_piecewise_support():
+    pm = Piecewise(epsilon=0.7, center=1.0, radius=3.0)
+    x = torch.linspace(-4, 6, 1_000_001)
+    y = pm.privatize(x, generator(2)).double()
+    lo, hi = pm.support(torch.tensor(0.0))
+    tol = 1e-5 * (abs(float(lo)) + abs(float(hi)))
+    assert float(y.min()) >= float(lo) - tol and float(y.max()) <= float(hi) + tol
+
+
+@pytest.mark.parametrize("eps", [2.0, 5.0])
+def test_hybrid_mixed_distribution(eps):
+    h = Hybrid(epsilon=eps, center=0.5, radius=2.0)
+    assert h.beta == pytest.approx(1 - math.exp(-eps / 2))
+    for x in (-1.5, 0.5, 1.1, 2.5):
+        y = h.privatize(torch.full((N,), x, dtype=torch.float64), generator(41, str(x)))
+        vals, pa = h.atoms(torch.tensor(x))
+        is_atom = [(y == vals[k]) for k in range(2)]
+        cont = y[~(is_atom[0] | is_atom[1])]
+        lo, hi = h.support(torch.tensor(x))
+        edges = torch.linspace(float(lo), float(hi), 31, dtype=torch.float64)
+        pc = simpson_bin_probs(h.density, x, edges)
+        assert float(pc.sum()) == pytest.approx(h.beta, abs=1e-4)  # continuous part has mass β
+        assert float(pa.sum()) == pytest.approx(1 - h.beta, abs=1e-12)
+        hist = torch.histc(cont, bins=30, min=float(lo), max=float(hi)).double()
+        counts = torch.cat([torch.stack([m.sum() for m in is_atom]).double(), hist])
+        assert int(counts.sum()) == N
+        ok, z = frequencies_match(counts, torch.cat([pa, pc]))
+        assert ok, (x, z)
+        # cdf = continuous part + atoms
+        F = h.cdf(torch.tensor([float(hi) + 1]), torch.tensor(x))
+        assert float(F) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_hybrid_small_epsilon_is_duchi():
+    h = Hybrid(epsilon=0.6)
+    t = TwoPoint(epsilon=0.6)
+    assert h.beta == 0.0
+    x = torch.linspace(-1, 1, 100_000)
+    assert torch.equal(h.privatize(x, generator(8)), t.privatize(x, generator(8)))
+    assert torch.allclose(h.variance(x), t.variance(x))
+
+
+def test_closed_forms():
+    eps = 1.3
+    t = TwoPoint(epsilon=eps, center=1.0, radius=2.0)
+    a = (math.exp(eps) + 1) / (math.exp(eps) - 1)
+    assert t.a == pytest.approx(a)
+    assert t.variance_bound() == pytest.approx(4 * a * a)
+    x = torch.tensor([-1.0, 0.0, 1.0, 3.0])
+    assert torch.all(t.variance(x) <= t.variance_bound() + 1e-12)
+    assert torch.allclose(t.prob_plus(x), ((x.double() - 1) * (math.exp(eps) - 1) + 2 * (math.exp(eps) + 1)) / (4 * (math.exp(eps) + 1)))
+    lap = Laplace(epsilon=eps, radius=3.0)
+    assert lap.scale == pytest.approx(6 / eps)
+    assert torch.allclose(lap.variance(x), torch.full((4,), 2 * (6 / eps) ** 2, dtype=torch.float64))
+    pm = Piecewise(epsilon=eps)
+    e2 = math.exp(eps / 2)
+    assert pm.C == pytest.approx((e2 + 1) / (e2 - 1))
+    tt = torch.tensor([0.0, 0.5, 1.0])
+    assert torch.allclose(pm.variance(tt), tt.double() ** 2 / (e2 - 1) + (e2 + 3) / (3 * (e2 - 1) ** 2))
+    lo, hi = pm.interval(tt)
+    assert torch.allclose(hi - lo, torch.full((3,), pm.C - 1, dtype=torch.float64))
+    assert pm.p_high / pm.p_low == pytest.approx(math.exp(eps))
+
+
+def test_guarantee():
+    g = TwoPoint(epsilon=1.0).guarantee
+    assert g == Guarantee(epsilon=1.0, delta=0.0)
+    assert str(g) == "ε = 1 (δ = 0) per coordinate (one scalar report)"
+    with pytest.raises(Exception):
+        g.epsilon = 2.0  # frozen
+
+
+# ---- the checks can fail ------------------------------------------------------------------------
+def test_checks_catch_a_skewed_two_point():
+    eps = 1.0
+    bad = SkewedTwoPoint(epsilon=eps)
+    good = TwoPoint(epsilon=eps)
+    x_row = torch.tensor([-1.0, 0.0, 0.5, 1.0])
+    y = draw(bad, x_row, N, 51)
+    ok, z = mean_within_se(y, good.mean(x_row), good.variance(x_row))
+    assert not ok and z.abs().min() > 4
+    audit = exact_ldp_audit(bad, torch.linspace(-1, 1, 21))
+    assert not audit.passed and audit.epsilon_observed > eps + 0.05
+    # its samples do not follow the honest output distribution either
+    values, probs = good.output_distribution(x_row)
+    counts = torch.stack([(y[:, 1] == values[1, k].float()).sum() for k in range(2)])
+    assert not frequencies_match(counts, probs[1])[0]
+    # ... while the honest mechanism passes the same checks on the same grid
+    y = draw(good, x_row, N, 51)
+    assert mean_within_se(y, good.mean(x_row), good.variance(x_row))[0]
+    assert exact_ldp_audit(good, torch.linspace(-1, 1, 21)).passed
+
+
+def test_checks_catch_a_wrong_variance():
+    bad = NarrowLaplace(epsilon=1.0, shrink=0.8)
+    x_row = torch.tensor([-1.0, 0.0, 1.0])
+    y = draw(bad, x_row, N, 52)
+    ok, rel = variance_within(y, bad.variance(x_row))
+    assert not ok and float(rel.max()) < -0.3  # 0.8² - 1 = -0.36
+    assert mean_within_se(y, bad.mean(x_row), bad.variance(x_row))[0]  # the mean alone cannot see it
+    res = monte_carlo_audit(NarrowLaplace(epsilon=1.0, shrink=0.5), -1.0, 1.0, n_samples=200_000, bins=40, generator=generator(53))
+    assert not res.passed and res.epsilon_observed > 1.5
+
+
+def test_checks_catch_a_wrong_density():
+    bad = WrongEpsPiecewise(epsilon=1.0)
+    x = 0.4
+    edges = torch.linspace(-bad.C, bad.C, 41, dtype=torch.float64)
+    y = bad.privatize(torch.full((N,), x, dtype=torch.float64), generator(54))
+    counts = torch.histc(y, bins=40, min=-bad.C, max=bad.C).double()
+    assert not frequencies_match(counts, simpson_bin_probs(bad.density, x, edges))[0]
+    res = monte_carlo_audit(bad, -1.0, 1.0, n_samples=200_000, bins=40, generator=generator(55))
+    assert not res.passed
+
+
+# ---- validation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(MECHANISMS))
+@pytest.mark.parametrize("eps", [0, 0.0, -1, -1.0, float("nan"), float("inf"), -float("inf"), True, "1", None])
+def test_bad_epsilon(name, eps):
+    with pytest.raises(ValueError, match="epsilon"):
+        make_mechanism(name, epsilon=eps)
+
+
+@pytest.mark.parametrize("cls", RANGED)
+def test_bad_range(cls):
+    for radius in (0, 0.0, -1.0, float("nan"), float("inf"), torch.tensor([1.0, 0.0]), torch.tensor([])):
+        with pytest.raises(ValueError, match="radius"):
+            cls(epsilon=1.0, radius=radius)
+    for center in (float("nan"), float("inf"), torch.tensor([0.0, float("nan")]), "a"):
+        with pytest.raises(ValueError, match="center"):
+            cls(epsilon=1.0, center=center)
+    with pytest.raises(TypeError):
+        cls(1.0)  # keyword-only
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS))
+def test_bad_x(name):
+    mech = make_mechanism(name, epsilon=1.0)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for n in (5, 3 * M._CHUNK):
+            x = torch.zeros(n)
+            x[n // 2] = bad
+            with pytest.raises(ValueError, match="x"):
+                mech.privatize(x, generator(0))
+
+
+def test_randomized_response_rejects_non_bits():
+    rr = RandomizedResponse(epsilon=1.0)
+    for v in (0.5, 2.0, -1.0, 1e-30):
+        x = torch.zeros(3 * M._CHUNK)
+        x[-1] = v
+        with pytest.raises(ValueError, match="x must contain only 0 and 1"):
+            rr.privatize(x)
+    with pytest.raises(ValueError, match="x"):
+        rr.privatize(torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="x"):
+        rr.output_distribution(torch.tensor([0.5]))
+
+
+def test_unknown_mechanism_name():
+    with pytest.raises(ValueError, match="unknown mechanism.*hybrid.*laplace.*piecewise.*randomized_response.*two_point"):
+        make_mechanism("gaussian", epsilon=1.0)
+    assert isinstance(make_mechanism("Two-Point", epsilon=1.0), TwoPoint)
+
+
+def test_non_tensor_x():
+    with pytest.raises(TypeError):
+        TwoPoint(epsilon=1.0).privatize([0.1, 0.2])

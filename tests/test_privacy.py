@@ -1,0 +1,217 @@
+"""Tests for ldptut.privacy: composition arithmetic and the exact / Monte-Carlo audits."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ldptut.mechanisms import Hybrid, Laplace, Piecewise, RandomizedResponse, TwoPoint
+from ldptut.privacy import (
+    AuditResult,
+    binomial_confidence_bounds,
+    compose_sequential,
+    epsilon_table,
+    exact_ldp_audit,
+    histogram_ratio_exact,
+    monte_carlo_audit,
+    over_rounds,
+    per_model_per_round,
+)
+from ldptut.rng import generator
+
+
+# ---- composition --------------------------------------------------------------------------------
+def test_compose_sequential():
+    assert compose_sequential([0.5, 1.0, 1.5]) == (3.0, 0.0)
+    eps, delta = compose_sequential([0.1] * 10, [1e-6] * 10)
+    assert eps == pytest.approx(1.0, abs=1e-15) and delta == pytest.approx(1e-5, abs=1e-20)
+    assert compose_sequential(torch.tensor([1.0, 2.0])) == (3.0, 0.0)
+    assert compose_sequential([0.0, 2.0]) == (2.0, 0.0)  # a 0-DP step is allowed
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (([],), "epsilons"),
+        (([1.0, -0.1],), r"epsilons\[1\]"),
+        (([1.0, float("nan")],), r"epsilons\[1\]"),
+        (([float("inf")],), r"epsilons\[0\]"),
+        (([True],), r"epsilons\[0\]"),
+        ((1.0,), "epsilons"),
+        (([1.0, 1.0], [0.0]), "deltas"),
+        (([1.0], [1.5]), r"deltas\[0\]"),
+        (([1.0], [-1e-9]), r"deltas\[0\]"),
+    ],
+)
+def test_compose_sequential_validation(args, match):
+    with pytest.raises(ValueError, match=match):
+        compose_sequential(*args)
+
+
+def test_per_model_and_over_rounds():
+    assert per_model_per_round(0.5, 1000) == 500.0
+    assert over_rounds(500.0, 100) == 50_000.0
+    assert over_rounds(per_model_per_round(1.0, 7), 3) == 21.0
+    for bad in (0, -3, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="d"):
+            per_model_per_round(1.0, bad)
+        with pytest.raises(ValueError, match="rounds"):
+            over_rounds(1.0, bad)
+    for bad in (0.0, -1.0, float("nan"), float("inf"), None):
+        with pytest.raises(ValueError, match="eps_per_coordinate"):
+            per_model_per_round(bad, 10)
+        with pytest.raises(ValueError, match="eps_per_round"):
+            over_rounds(bad, 10)
+
+
+def test_epsilon_table():
+    t = epsilon_table(0.5, d=1000, rounds=20)
+    assert list(t.index) == ["per coordinate", "per model per round", "per model over training"]
+    assert list(t["epsilon"]) == [0.5, 500.0, 10_000.0]
+    assert list(t["delta"]) == [0.0, 0.0, 0.0]
+    assert "unit" in t.columns and "composition" in t.columns
+    assert "1000" in t.loc["per model per round", "unit"]
+    with pytest.raises(ValueError, match="d"):
+        epsilon_table(0.5, d=0, rounds=20)
+    with pytest.raises(ValueError, match="rounds"):
+        epsilon_table(0.5, d=10, rounds=0)
+    with pytest.raises(ValueError, match="eps_per_coordinate"):
+        epsilon_table(-0.5, d=10, rounds=1)
+
+
+# ---- exact audit --------------------------------------------------------------------------------
+@pytest.mark.parametrize("eps", [0.05, 0.7, 1.0, 2.5, 10.0])
+def test_exact_audit_rr_and_two_point(eps):
+    res = exact_ldp_audit(RandomizedResponse(epsilon=eps), [0, 1])
+    assert isinstance(res, AuditResult)
+    assert res.passed and res.epsilon_claimed == eps
+    assert abs(res.epsilon_observed - eps) <= 1e-9
+    assert res.ratio_max == pytest.approx(math.exp(eps), rel=1e-12)
+    res = exact_ldp_audit(TwoPoint(epsilon=eps, center=-3.0, radius=0.25), torch.linspace(-3.5, -2.5, 41))
+    assert res.passed
+    assert abs(res.epsilon_observed - eps) <= 1e-9
+    lo, hi = sorted(res.worst_inputs[:2])
+    assert lo <= -3.25 and hi >= -2.75  # the worst pair sits at (or beyond) the two range ends
+    assert res.details["row_sums_max_error"] < 1e-12
+
+
+def test_exact_audit_interior_grid_is_smaller():
+    """Without the range ends the grid does not reach ε — the audit reports what the grid shows."""
+    res = exact_ldp_audit(TwoPoint(epsilon=1.0), [-0.5, 0.5])
+    assert res.passed and res.epsilon_observed < 1.0 - 0.1
+
+
+class _OffTwoPoint(TwoPoint):
+    def output_distribution(self, x):
+        v, p = super().output_distribution(x)
+        pp = (p[..., 1] * 1.05).clamp(max=1.0)
+        return v, torch.stack([1 - pp, pp], -1)
+
+
+class _Identity:
+    """A 'mechanism' that reports its input: infinite privacy loss (0 vs non-zero probability)."""
+
+    epsilon = 1.0
+
+    def output_distribution(self, x):
+        x = torch.as_tensor(x, dtype=torch.float64)
+        return x.unsqueeze(-1), torch.ones_like(x).unsqueeze(-1)
+
+
+def test_exact_audit_catches_wrong_mechanisms():
+    res = exact_ldp_audit(_OffTwoPoint(epsilon=1.0), torch.linspace(-1, 1, 11))
+    assert not res.passed and res.epsilon_observed > 1.05
+    res = exact_ldp_audit(_Identity(), [0.0, 1.0])
+    assert not res.passed and math.isinf(res.epsilon_observed) and math.isinf(res.ratio_max)
+    # a claimed ε slightly below the truth fails
+    rr = RandomizedResponse(epsilon=1.0)
+    rr._epsilon = 1.0 - 1e-6
+    assert not exact_ldp_audit(rr, [0, 1]).passed
+
+
+def test_exact_audit_validation():
+    with pytest.raises(TypeError):
+        exact_ldp_audit(Laplace(epsilon=1.0), [0.0, 1.0])
+    with pytest.raises(ValueError, match="inputs"):
+        exact_ldp_audit(TwoPoint(epsilon=1.0), [0.0])
+    with pytest.raises(ValueError, match="scalar"):
+        exact_ldp_audit(TwoPoint(epsilon=1.0, center=torch.zeros(3)), [0.0, 1.0])
+
+
+# ---- Monte-Carlo audit --------------------------------------------------------------------------
+class _NarrowLaplace(Laplace):
+    """Claims ε but adds Laplace noise of half the required scale (true loss 2ε)."""
+
+    def privatize(self, x, generator=None):
+        return Laplace(epsilon=2 * self.epsilon, center=self.center, radius=self.radius).privatize(x, generator)
+
+
+@pytest.mark.parametrize(
+    "mech", [Laplace(epsilon=1.0), Piecewise(epsilon=1.0), Piecewise(epsilon=4.0, center=2.0, radius=3.0), Hybrid(epsilon=3.0)],
+    ids=["laplace", "pm", "pm-eps4", "hybrid"],
+)
+def test_monte_carlo_audit_passes(mech):
+    c, r = mech.center, mech.radius
+    res = monte_carlo_audit(mech, c - r, c + r, n_samples=200_000, bins=30, generator=generator(1, "mc"))
+    assert res.passed, res
+    assert 0 <= res.epsilon_observed <= mech.epsilon
+    assert res.epsilon_observed > 0.5 * mech.epsilon  # it does see most of the loss
+    assert res.ratio_max == pytest.approx(math.exp(res.epsilon_observed))
+    assert res.details["counts_x0"].sum() == 200_000
+    exact = res.details["exact"]
+    assert exact.passed and exact.epsilon_observed <= mech.epsilon + 1e-9
+    assert "Clopper-Pearson" in res.method or "Wilson" in res.method
+
+
+def test_monte_carlo_audit_fails_for_too_small_scale():
+    res = monte_carlo_audit(_NarrowLaplace(epsilon=1.0), -1.0, 1.0, n_samples=200_000, bins=30, generator=generator(2, "mc"))
+    assert not res.passed
+    assert res.epsilon_observed > 1.5  # true loss is 2
+    assert res.details["epsilon_point_estimate"] > res.epsilon_observed
+
+
+def test_monte_carlo_audit_explicit_edges_and_determinism():
+    lap = Laplace(epsilon=2.0)
+    edges = torch.linspace(-6, 6, 25)
+    a = monte_carlo_audit(lap, -1.0, 1.0, n_samples=50_000, bins=edges, generator=generator(3))
+    b = monte_carlo_audit(lap, -1.0, 1.0, n_samples=50_000, bins=edges, generator=generator(3))
+    assert a.epsilon_observed == b.epsilon_observed and a.passed
+    assert a.details["edges"][0] == -math.inf and a.details["edges"][-1] == math.inf
+    assert a.details["counts_x0"].numel() == 26
+    with pytest.raises(ValueError, match="bins"):
+        monte_carlo_audit(lap, -1.0, 1.0, n_samples=1000, bins=1, generator=generator(3))
+    with pytest.raises(ValueError, match="confidence"):
+        monte_carlo_audit(lap, -1.0, 1.0, n_samples=1000, bins=10, generator=generator(3), confidence=1.0)
+    with pytest.raises(ValueError, match="n_samples"):
+        monte_carlo_audit(lap, -1.0, 1.0, n_samples=0, bins=10, generator=generator(3))
+
+
+def test_histogram_ratio_exact():
+    lap = Laplace(epsilon=1.0)
+    # tail bins beyond the range ends have ratio exactly e^ε
+    res = histogram_ratio_exact(lap, -1.0, 1.0, [-math.inf, -5.0, -1.0, 0.0, 1.0, 5.0, math.inf])
+    assert res.passed and res.epsilon_observed == pytest.approx(1.0, abs=1e-9)
+    # the density path (Simpson) agrees with the cdf path on finite bins
+    pm = Piecewise(epsilon=2.0)
+
+    class DensityOnly:
+        epsilon = 2.0
+        density = staticmethod(pm.density)
+
+    edges = torch.linspace(-pm.C, pm.C, 17)
+    a = histogram_ratio_exact(pm, -1.0, 1.0, edges)
+    b = histogram_ratio_exact(DensityOnly(), -1.0, 1.0, edges, n_sub=4000)
+    assert torch.allclose(a.details["p_x0"], b.details["p_x0"], atol=1e-4)
+    assert a.epsilon_observed == pytest.approx(b.epsilon_observed, abs=1e-2)
+    with pytest.raises(ValueError, match="finite edges"):
+        histogram_ratio_exact(DensityOnly(), -1.0, 1.0, [-math.inf, 0.0, 1.0])
+
+
+def test_binomial_bounds():
+    k = torch.tensor([0.0, 5.0, 50.0, 100.0])
+    lo, hi, name = binomial_confidence_bounds(k, 100, 0.025)
+    assert lo[0] == 0 and hi[-1] == 1
+    assert torch.all(lo <= k / 100) and torch.all(hi >= k / 100)
+    # Clopper-Pearson 95% two-sided interval for 50/100 is about (0.398, 0.602)
+    assert float(lo[2]) == pytest.approx(0.398, abs=0.002) and float(hi[2]) == pytest.approx(0.602, abs=0.002)
