@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model", default="mlp")
+    ap.add_argument("--conv-clients", type=int, default=5,
+                    help="clients for the vectorised-vs-sequential row with the CNN (cnn2); 0 skips it")
     args = ap.parse_args()
 
     ds = load_dataset("mnist")
@@ -62,6 +64,13 @@ def main() -> None:
     print(f"{'(b) one FL round, vectorised clients':<48}{t_vec:>10.3f}{t_vec / t_central:>10.2f}")
     print(f"{'(c) one FL round, sequential clients':<48}{t_seq:>10.3f}{t_seq / t_central:>10.2f}")
     print(f"{'(c) vectorised speed-up over sequential':<48}{'':>10}{t_seq / t_vec:>10.2f}")
+    if args.conv_clients:
+        cnn = models.build_model("cnn2", input_shape=ds.input_shape, num_classes=ds.num_classes, seed=0)
+        conv = dict(common, partition=parts[:args.conv_clients])
+        t_cv = best_of(lambda: fl.run_fedavg(cnn, vectorize=True, **conv), 1)
+        t_cs = best_of(lambda: fl.run_fedavg(cnn, vectorize=False, **conv), 1)
+        label = f"(c) cnn2, {args.conv_clients} clients: vectorised / sequential"
+        print(f"{label:<48}{t_cv:>10.3f}{t_cv / t_cs:>10.2f}   (sequential {t_cs:.3f} s; 'auto' picks sequential)")
 
 
 if __name__ == "__main__":

@@ -275,7 +275,7 @@ class OptimizerSpec:
 def _client_init(params: dict[str, torch.Tensor], m: int, opt: OptimizerSpec) -> dict:
     """FedJAX-style init: m copies of the global parameters and zeroed optimiser state."""
     state = {"params": {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in params.items()},
-             "step": torch.zeros(m, device=next(iter(params.values())).device)}
+             "step": torch.zeros(m, dtype=torch.float64, device=next(iter(params.values())).device)}
     if opt.name == "adam":
         state["m1"] = {k: torch.zeros_like(v) for k, v in state["params"].items()}
         state["m2"] = {k: torch.zeros_like(v) for k, v in state["params"].items()}
@@ -318,9 +318,9 @@ def _client_step(state: dict, grads: dict[str, torch.Tensor], active: torch.Tens
             if not all_active:
                 m1, m2 = torch.where(a, m1, state["m1"][k]), torch.where(a, m2, state["m2"][k])
             state["m1"][k], state["m2"][k] = m1, m2
-            t = step.clamp(min=1).view(shape)
-            bc1 = 1 - b1 ** t
-            bc2_sqrt = torch.sqrt(1 - b2 ** t)
+            t = step.clamp(min=1).view(shape)  # float64, as torch.optim computes the bias corrections
+            bc1 = (1 - b1 ** t).to(p.dtype)
+            bc2_sqrt = torch.sqrt(1 - b2 ** t).to(p.dtype)
             delta = (opt.lr / bc1) * m1 / (m2.sqrt() / bc2_sqrt + opt.eps)
             p.sub_(delta if all_active else delta * a)
 
@@ -470,11 +470,9 @@ def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor
     chunk = client_chunk or n_clients
 
     rows = []
-    try:
-        from tqdm.auto import tqdm
-        bar = tqdm(range(1, rounds + 1), desc=desc, disable=not progress, leave=False)
-    except ImportError:  # pragma: no cover
-        bar = range(1, rounds + 1)
+    from tqdm import tqdm  # plain text bar: works in terminals and notebooks without ipywidgets
+
+    bar = tqdm(range(1, rounds + 1), desc=desc, disable=not progress, leave=False, mininterval=2.0)
     for r in bar:
         t0 = time.perf_counter()
         ids = sample_clients(n_clients, client_fraction, seed=seed, round=r)
@@ -505,8 +503,7 @@ def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor
         acc, loss = evaluate(model, x_test, y_test)
         rows.append({"round": r, "accuracy": acc, "loss": loss, "clients": len(ids),
                      "train_seconds": train_s, "seconds": time.perf_counter() - t0})
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(acc=f"{acc:.3f}")
+        bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
     config = dict(rounds=rounds, client_fraction=client_fraction, local_epochs=local_epochs, batch_size=batch_size,
                   optimizer=optimizer, lr=lr, send=send, privatizer=repr(privatizer), seed=seed,
                   n_clients=n_clients, d=layout.numel)
