@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ldptut-installed
 # Datasets the chapters' default runs read (converted once into data/).
-BOOK_DATASETS ?= mnist
+BOOK_DATASETS ?= mnist fashion_mnist
 # Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
 CHAPTERS := $(filter-out book/runs/%,$(wildcard book/*.ipynb))
 
@@ -32,13 +32,15 @@ book: data
 test: data
 	$(BIN)/python -m pytest tests $(CHAPTERS) --nbval-lax --nbval-current-env -p no:cacheprovider
 
-# Paper-scale run of one chapter: papermill with book/params/<CHAPTER>-paper.yaml -> book/runs/<CHAPTER>-paper.ipynb
+# Paper-scale run of one chapter: papermill with book/params/<CHAPTER>[-<RUN>]-paper.yaml
+#   -> book/runs/<CHAPTER>[-<RUN>]-paper.ipynb   (RUN names a variant, e.g. a dataset: RUN=fmnist)
+RUN_NAME = $(CHAPTER)$(if $(RUN),-$(RUN))
 reproduce: data
-	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> (see book/params/)"; exit 2; }
-	@test -f book/params/$(CHAPTER)-paper.yaml || { echo "no parameter file book/params/$(CHAPTER)-paper.yaml"; exit 2; }
-	cd book && ../$(BIN)/papermill $(CHAPTER).ipynb runs/$(CHAPTER)-paper.ipynb -f params/$(CHAPTER)-paper.yaml \
+	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> [RUN=<variant>] (see book/params/)"; exit 2; }
+	@test -f book/params/$(RUN_NAME)-paper.yaml || { echo "no parameter file book/params/$(RUN_NAME)-paper.yaml"; exit 2; }
+	cd book && ../$(BIN)/papermill $(CHAPTER).ipynb runs/$(RUN_NAME)-paper.ipynb -f params/$(RUN_NAME)-paper.yaml \
 		-k python3 --cwd . --request-save-on-cell-execute
-	$(BIN)/python -m ldptut.notebooks mark-paper-run book/runs/$(CHAPTER)-paper.ipynb book/params/$(CHAPTER)-paper.yaml
+	$(BIN)/python -m ldptut.notebooks mark-paper-run book/runs/$(RUN_NAME)-paper.ipynb book/params/$(RUN_NAME)-paper.yaml
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mechanisms.py

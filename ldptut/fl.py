@@ -36,7 +36,7 @@ from .rng import generator
 
 __all__ = [
     "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange",
-    "LocalPerturbation", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS", "make_aggregator",
+    "LocalPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS", "make_aggregator",
     "batch_schedule", "sample_clients", "evaluate", "run_fedavg", "train_centralised", "FLResult",
 ]
 
@@ -190,6 +190,28 @@ class LocalPerturbation:
 
     def __repr__(self) -> str:
         return f"LocalPerturbation({self.mechanism.__name__}, epsilon={self.epsilon}, range={self.range})"
+
+
+class RecordPayloads:
+    """Wrap a privatizer (or none) and keep the last round's payloads before and after it, for inspection.
+
+    Used by chapters to look at what clients send (e.g. a client's own weights in the range-leak check).
+    """
+
+    def __init__(self, privatizer: Privatizer | None = None):
+        self.privatizer = privatizer
+        self.raw: torch.Tensor | None = None
+        self.sent: torch.Tensor | None = None
+        self.context: RoundContext | None = None
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        self.raw, self.context = payloads.detach().clone(), context
+        out = payloads if self.privatizer is None else self.privatizer(payloads, context=context)
+        self.sent = out.detach().clone()
+        return out
+
+    def __repr__(self) -> str:
+        return f"RecordPayloads({self.privatizer!r})"
 
 
 def mean_aggregator(payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:

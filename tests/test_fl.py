@@ -178,3 +178,13 @@ def test_models_build_and_count():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     with pytest.raises(ValueError, match="unknown model"):
         models.build_model("vgg99", input_shape=(1, 8, 8), num_classes=4)
+
+
+def test_record_payloads_keeps_raw_and_sent():
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.FixedRange(0.0, 0.5))
+    rec = fl.RecordPayloads(priv)
+    r = _run(privatizer=rec, rounds=1, client_fraction=1.0)
+    assert rec.raw.shape == rec.sent.shape == (8, r.layout.numel)
+    a = TwoPoint(epsilon=1.0, center=0.0, radius=0.5).a
+    assert torch.allclose(rec.sent.abs(), torch.full_like(rec.sent, 0.5 * a))  # two-point outputs only
+    assert not torch.equal(rec.raw, rec.sent)
