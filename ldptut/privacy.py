@@ -19,6 +19,8 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from ._validate import pos_int, real
+
 __all__ = [
     "compose_sequential",
     "per_model_per_round",
@@ -35,25 +37,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 # validation
 # --------------------------------------------------------------------------------------------------
-def _real(v: Any, name: str, *, positive: bool = False, nonneg: bool = False) -> float:
-    if isinstance(v, Tensor) and v.numel() == 1 and not v.dtype.is_complex and v.dtype != torch.bool:
-        v = v.item()
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {v!r} of type {type(v).__name__}")
-    f = float(v)
-    if not math.isfinite(f):
-        raise ValueError(f"{name} must be finite, got {v}")
-    if positive and f <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {v}")
-    if nonneg and f < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {v}")
-    return f
-
-
-def _pos_int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
 
 
 def _as_list(v: Any, name: str) -> list:
@@ -75,13 +58,13 @@ def compose_sequential(
     ``deltas=None`` means all δ_i = 0. Each ε_i must be finite and >= 0, each δ_i in [0, 1], and
     both sequences the same non-zero length. The δ sum is not capped (a sum >= 1 is vacuous).
     """
-    eps = [_real(e, f"epsilons[{i}]", nonneg=True) for i, e in enumerate(_as_list(epsilons, "epsilons"))]
+    eps = [real(e, f"epsilons[{i}]", nonneg=True) for i, e in enumerate(_as_list(epsilons, "epsilons"))]
     if not eps:
         raise ValueError("epsilons must not be empty")
     if deltas is None:
         dl = [0.0] * len(eps)
     else:
-        dl = [_real(d, f"deltas[{i}]", nonneg=True) for i, d in enumerate(_as_list(deltas, "deltas"))]
+        dl = [real(d, f"deltas[{i}]", nonneg=True) for i, d in enumerate(_as_list(deltas, "deltas"))]
         if len(dl) != len(eps):
             raise ValueError(f"deltas must have the same length as epsilons ({len(eps)}), got {len(dl)}")
         for i, d in enumerate(dl):
@@ -92,12 +75,12 @@ def compose_sequential(
 
 def per_model_per_round(eps_per_coordinate: float, d: int) -> float:
     """ε for one client's whole update in one round: d reports of ε each compose to d · ε."""
-    return _pos_int(d, "d") * _real(eps_per_coordinate, "eps_per_coordinate", positive=True)
+    return pos_int(d, "d") * real(eps_per_coordinate, "eps_per_coordinate", positive=True)
 
 
 def over_rounds(eps_per_round: float, rounds: int) -> float:
     """ε over training: a client reporting in ``rounds`` rounds composes to rounds · ε."""
-    return _pos_int(rounds, "rounds") * _real(eps_per_round, "eps_per_round", positive=True)
+    return pos_int(rounds, "rounds") * real(eps_per_round, "eps_per_round", positive=True)
 
 
 def epsilon_table(eps_per_coordinate: float, d: int, rounds: int):
@@ -112,9 +95,9 @@ def epsilon_table(eps_per_coordinate: float, d: int, rounds: int):
     """
     import pandas as pd
 
-    eps = _real(eps_per_coordinate, "eps_per_coordinate", positive=True)
-    d = _pos_int(d, "d")
-    rounds = _pos_int(rounds, "rounds")
+    eps = real(eps_per_coordinate, "eps_per_coordinate", positive=True)
+    d = pos_int(d, "d")
+    rounds = pos_int(rounds, "rounds")
     e_round = per_model_per_round(eps, d)
     e_train = over_rounds(e_round, rounds)
     rows = [
@@ -311,12 +294,12 @@ def monte_carlo_audit(
     If ``compare_exact`` and the mechanism has ``cdf`` (or ``density``), ``details["exact"]`` holds
     :func:`histogram_ratio_exact` on the same bins.
     """
-    n = _pos_int(n_samples, "n_samples")
+    n = pos_int(n_samples, "n_samples")
     if n < 10:
         raise ValueError(f"n_samples must be >= 10, got {n}")
-    x0 = _real(x0, "x0")
-    x1 = _real(x1, "x1")
-    conf = _real(confidence, "confidence")
+    x0 = real(x0, "x0")
+    x1 = real(x1, "x1")
+    conf = real(confidence, "confidence")
     if not 0 < conf < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     eps = _claimed_epsilon(mechanism)
@@ -413,8 +396,8 @@ def histogram_ratio_exact(
     ``epsilon_observed`` = max over bins of |log P[B|x0] / P[B|x1]| (a lower bound of the
     mechanism's true loss between x0 and x1, equal to it when the bins resolve the worst region).
     """
-    x0 = _real(x0, "x0")
-    x1 = _real(x1, "x1")
+    x0 = real(x0, "x0")
+    x1 = real(x1, "x1")
     e = torch.as_tensor(edges, dtype=torch.float64).reshape(-1)
     if e.numel() < 2 or not bool((e[1:] > e[:-1]).all()):
         raise ValueError("edges must be a strictly increasing 1-D sequence of >= 2 values")
@@ -465,9 +448,9 @@ def shuffle_amplification(eps0: float, n: int, delta: float) -> float:
     IJCAI 2021) does not claim this bound: it argues only that shuffling makes the per-weight ε0
     sufficient and gives no amplification theorem.
     """
-    e0 = _real(eps0, "eps0", positive=True)
-    n = _pos_int(n, "n")
-    dl = _real(delta, "delta", positive=True)
+    e0 = real(eps0, "eps0", positive=True)
+    n = pos_int(n, "n")
+    dl = real(delta, "delta", positive=True)
     if dl >= 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     ratio = n / (16.0 * math.log(2.0 / dl))

@@ -28,6 +28,8 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from ._validate import pos_int, real
+
 from ldptut.rng import generator as make_generator
 
 __all__ = [
@@ -42,25 +44,6 @@ __all__ = [
 
 
 # ---- validation -----------------------------------------------------------------------------------
-def _real(v: Any, name: str, *, positive: bool = False, nonneg: bool = False) -> float:
-    if isinstance(v, Tensor) and v.numel() == 1 and v.dtype.is_floating_point:
-        v = v.item()
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {v!r} of type {type(v).__name__}")
-    f = float(v)
-    if not math.isfinite(f):
-        raise ValueError(f"{name} must be finite, got {v}")
-    if positive and f <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {v}")
-    if nonneg and f < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {v}")
-    return f
-
-
-def _pos_int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
 
 
 # ---- the stream -----------------------------------------------------------------------------------
@@ -125,8 +108,8 @@ def simulate_shuffle(
     if not isinstance(payloads, Tensor) or payloads.ndim != 2 or payloads.shape[0] < 1 or payloads.shape[1] < 1:
         shape = tuple(payloads.shape) if isinstance(payloads, Tensor) else type(payloads).__name__
         raise ValueError(f"payloads must be a tensor of shape (m, d) with m, d >= 1, got {shape}")
-    T = _real(T, "T", positive=True)
-    sync_error = _real(sync_error, "sync_error", nonneg=True)
+    T = real(T, "T", positive=True)
+    sync_error = real(sync_error, "sync_error", nonneg=True)
     if not isinstance(waiting_correction, bool):
         raise ValueError(f"waiting_correction must be a bool, got {waiting_correction!r}")
     m, d = payloads.shape
@@ -173,7 +156,7 @@ def aggregate_stream(stream: ShuffledStream, d: int) -> Tensor:
     floating-point summation order. Positions with no message give NaN.
     """
     stream = _check_stream(stream)
-    d = _pos_int(d, "d")
+    d = pos_int(d, "d")
     pos = stream.position
     if len(stream) and (int(pos.min()) < 0 or int(pos.max()) >= d):
         raise ValueError(f"stream.position must lie in [0, d) = [0, {d})")
@@ -198,8 +181,8 @@ def linking_attack(stream: ShuffledStream, m: int, d: int) -> Tensor:
     messages (``ValueError`` otherwise).
     """
     stream = _check_stream(stream)
-    m = _pos_int(m, "m")
-    d = _pos_int(d, "d")
+    m = pos_int(m, "m")
+    d = pos_int(d, "d")
     if len(stream) != m * d:
         raise ValueError(f"stream has {len(stream)} messages, expected m * d = {m * d}")
     pos = stream.position
@@ -262,9 +245,9 @@ def chance_level(m: int, d: int, generator: Optional[torch.Generator], *, repeat
     (what :func:`linking_attack` returns when arrival times are i.i.d. across clients); the mean of
     the metric over ``repeats`` draws. Expectation E[max Multinomial(d; 1/m, ..., 1/m)] / d.
     """
-    m = _pos_int(m, "m")
-    d = _pos_int(d, "d")
-    repeats = _pos_int(repeats, "repeats")
+    m = pos_int(m, "m")
+    d = pos_int(d, "d")
+    repeats = pos_int(repeats, "repeats")
     device = generator.device if generator is not None else torch.device("cpu")
     client = torch.arange(m, device=device).repeat_interleave(d)
     out = []
@@ -317,17 +300,17 @@ def linking_curve(
     """
     import pandas as pd
 
-    m = _pos_int(m, "m")
-    d = _pos_int(d, "d")
-    repeats = _pos_int(repeats, "repeats")
-    spread = _real(start_spread, "start_spread", nonneg=True)
+    m = pos_int(m, "m")
+    d = pos_int(d, "d")
+    repeats = pos_int(repeats, "repeats")
+    spread = real(start_spread, "start_spread", nonneg=True)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    Ts = [_real(t, "T_values", positive=True) for t in _as_values(T_values, "T_values", float)]
+    Ts = [real(t, "T_values", positive=True) for t in _as_values(T_values, "T_values", float)]
     corrs = _as_values(waiting_correction, "waiting_correction", bool)
     if not all(isinstance(c, bool) for c in corrs):
         raise ValueError(f"waiting_correction must be a bool or a sequence of bools, got {waiting_correction!r}")
-    sigmas = [_real(s, "sync_error", nonneg=True) for s in _as_values(sync_error, "sync_error", float)]
+    sigmas = [real(s, "sync_error", nonneg=True) for s in _as_values(sync_error, "sync_error", float)]
     # sync_error only matters with the waiting correction: rows without it appear once, sync_error 0
     scenarios = [(t, c, s) for c in dict.fromkeys(corrs) for s in (dict.fromkeys(sigmas) if c else [0.0]) for t in Ts]
 
