@@ -188,3 +188,35 @@ def test_record_payloads_keeps_raw_and_sent():
     a = TwoPoint(epsilon=1.0, center=0.0, radius=0.5).a
     assert torch.allclose(rec.sent.abs(), torch.full_like(rec.sent, 0.5 * a))  # two-point outputs only
     assert not torch.equal(rec.raw, rec.sent)
+
+
+def test_adaptive_range_never_reads_client_payloads():
+    """LDP-FL adaptive range: the clip range is a function of the global model only. Two very different
+    sets of client payloads must be clipped to the same range (reports take the same two values per layer)."""
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=0)
+    layout = fl.ParamLayout.from_model(model)
+    g = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.GlobalModelRange(margin=1.0))
+    sent = []
+    for scale in (1.0, 100.0):
+        payloads = scale * torch.randn(3, layout.numel, generator=torch.Generator().manual_seed(1))
+        ctx = fl.RoundContext(round=1, client_ids=torch.arange(3), layout=layout, global_vector=g,
+                              generators=[generator(0, "t", i) for i in range(3)], send="weights",
+                              num_samples=torch.ones(3))
+        sent.append(priv(payloads, context=ctx))
+    for s in layout.slices:
+        assert torch.allclose(sent[0][:, s].abs().max(), sent[1][:, s].abs().max())
+        c, r = fl.GlobalModelRange(margin=1.0)(ctx)
+        a = TwoPoint(epsilon=1.0).a
+        allowed = torch.stack([c[s] - r[s] * a, c[s] + r[s] * a])
+        assert torch.isclose(sent[1][:, s].unsqueeze(0), allowed.unsqueeze(1)).any(0).all()
+
+
+def test_fixed_range_clips_weights_outside_it():
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=2.0, range=fl.FixedRange(0.0, 0.075))
+    ctx = fl.RoundContext(round=1, client_ids=torch.arange(1), layout=None, global_vector=None,
+                          generators=[generator(0, "clip")], send="weights", num_samples=torch.ones(1))
+    big = torch.full((1, 200_000), 10.0, dtype=torch.float64)  # far above c + r
+    out = priv(big, context=ctx)
+    se = math.sqrt(TwoPoint(epsilon=2.0, center=0.0, radius=0.075).variance(torch.tensor(0.075)).item() / big.numel())
+    assert abs(out.mean().item() - 0.075) < 4 * se  # unbiased for the clipped value, not for 10
