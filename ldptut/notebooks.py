@@ -46,7 +46,8 @@ def mark_paper_run(notebook: str | Path, params: str | Path) -> None:
         + (f", {seconds / 60:.1f} minutes." if seconds else ".") + "\n",
     ]
     cells = [c for c in nb["cells"] if "paper-run-header" not in c.get("metadata", {}).get("tags", [])]
-    cells.insert(0, {"cell_type": "markdown", "metadata": {"tags": ["paper-run-header"]}, "source": header})
+    cells.insert(0, {"cell_type": "markdown", "id": "paper-run-header", "metadata": {"tags": ["paper-run-header"]},
+                     "source": header})
     nb["cells"] = cells
     notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
