@@ -223,7 +223,18 @@ class Mechanism:
         c, r = self._range(w)
         return torch.clamp(w, c - r, c + r)
 
-    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:  # pragma: no cover
+    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+        """Randomize every element of ``x`` independently (same shape, dtype, device as ``x``).
+
+        ``x`` is clipped to ``[center - radius, center + radius]`` first (the guarantee holds for the
+        clipped value); NaN / inf raise ``ValueError``. One uniform per element is drawn from
+        ``generator`` and mapped to the report by the subclass's ``_sample`` (its formula).
+        """
+        w = self._clipped_input(x)
+        u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
+        return self._sample(w, u).to(x.dtype)
+
+    def _sample(self, w: Tensor, u: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def __call__(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -324,12 +335,6 @@ class TwoPoint(Mechanism):
         self._set_range(center, radius)
         self.a = (math.exp(self._epsilon) + 1.0) / math.expm1(self._epsilon)
 
-    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
-        """c ± r a for every element of ``x`` (same shape, dtype, device); x clipped first."""
-        w = self._clipped_input(x)
-        u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
-        return self._sample(w, u).to(x.dtype)
-
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:
         """Reports from clipped inputs ``w`` and uniforms ``u`` (``w`` is overwritten)."""
         c, r = self._range(w)
@@ -398,14 +403,12 @@ class Laplace(Mechanism):
         """b = 2 r / ε."""
         return 2.0 * self._radius / self._epsilon
 
-    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
-        """clip(x) + Laplace(b) noise, same shape, dtype, device as ``x``."""
-        w = self._clipped_input(x)
-        u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
+    def _sample(self, w: Tensor, u: Tensor) -> Tensor:
+        """clip(x) + Laplace(b) noise by the inverse CDF (``w`` and ``u`` overwritten)."""
         delta = torch.finfo(w.dtype).eps / 4  # half the grid step of torch.rand: 2^-25 / 2^-54
         v = u.sub_(0.5 - delta)  # odd multiple of δ in (-1/2, 1/2), never 0
         noise = v.abs().mul_(-2.0).add_(1.0).log_().copysign_(v)  # sign(v) · |log(1 - 2|v|)|
-        return w.add_(noise.mul_(_like(self.scale, w))).to(x.dtype)
+        return w.add_(noise.mul_(_like(self.scale, w)))
 
     def variance(self, x: Any) -> Tensor:
         """2 b² (float64, elementwise)."""
@@ -460,12 +463,6 @@ class Piecewise(Mechanism):
         self.q = 1.0 / (1.0 + math.exp(-self._epsilon / 2.0))  # e^{ε/2} / (e^{ε/2} + 1)
         self.p_high = eh * em1 / (2.0 * (eh + 1.0))
         self.p_low = em1 / (2.0 * eh * (eh + 1.0))
-
-    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
-        """PM reports for every element of ``x`` (same shape, dtype, device); x clipped first."""
-        w = self._clipped_input(x)
-        u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
-        return self._sample(w, u).to(x.dtype)
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:
         """Inverse CDF: reports from clipped inputs ``w`` and uniforms ``u`` (both overwritten)."""
@@ -545,16 +542,14 @@ class Hybrid(Mechanism):
         self.piecewise = Piecewise(epsilon=self._epsilon, center=self._center, radius=self._radius)
         self.two_point = TwoPoint(epsilon=self._epsilon, center=self._center, radius=self._radius)
 
-    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
-        """HM reports for every element of ``x`` (same shape, dtype, device); x clipped first."""
+    def _sample(self, w: Tensor, u: Tensor) -> Tensor:
+        """HM reports: PM with probability β (uniform u/β), else Duchi's mechanism (both overwritten)."""
         if self.beta == 0.0:  # ε <= ε*: Duchi's mechanism alone
-            return self.two_point.privatize(x, generator)
-        w = self._clipped_input(x)
-        u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
+            return self.two_point._sample(w, u)
         use_pm = u < self.beta
         pm = self.piecewise._sample(w.clone(), u / self.beta)
         duchi = self.two_point._sample(w, u.sub_(self.beta).div_(1.0 - self.beta))
-        return torch.where(use_pm, pm, duchi).to(x.dtype)
+        return torch.where(use_pm, pm, duchi)
 
     def atoms(self, x: Any) -> Tuple[Tensor, Tensor]:
         """Point masses: (values, probs), shape ``x.shape + (2,)``; values (c - r a, c + r a),
