@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from ._validate import pos_int
 from .rng import generator
 
 __all__ = [
@@ -176,10 +177,6 @@ class LocalPerturbation:
         # Validate epsilon and kwargs now, with a unit range, so a bad parameter fails before training.
         mechanism(epsilon=epsilon, center=0.0, radius=1.0, **mechanism_kwargs)
 
-    @property
-    def epsilon_per_coordinate(self) -> float:
-        return float(self.epsilon)
-
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
         center, radius = self.range(context)
         mech = self.mechanism(epsilon=self.epsilon, center=center, radius=radius, **self.mechanism_kwargs)
@@ -240,15 +237,11 @@ def make_aggregator(agg: str | Aggregator) -> Aggregator:
 def sample_clients(n_clients: int, fraction: float, *, seed: int, round: int,
                    device: str | torch.device = "cpu") -> torch.Tensor:
     """Sorted ids of max(1, round(fraction * n)) clients drawn without replacement for ``round``."""
-    m = max(1, int(round_half_up(fraction * n_clients)))
+    m = max(1, math.floor(fraction * n_clients + 0.5))  # round half up
     if m >= n_clients:
         return torch.arange(n_clients, device=device)
     g = generator(seed, "round", round, "client-sampling")
     return torch.randperm(n_clients, generator=g)[:m].sort().values.to(device)
-
-
-def round_half_up(x: float) -> int:
-    return int(math.floor(x + 0.5))
 
 
 def batch_schedule(n: int, *, epochs: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -437,11 +430,6 @@ class FLResult:
         return float(self.history["accuracy"].iloc[-1])
 
 
-def _check_positive_int(name: str, v: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-
-
 def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor, partition: Sequence[torch.Tensor],
                x_test: torch.Tensor, y_test: torch.Tensor, rounds: int, client_fraction: float = 1.0,
                local_epochs: int = 1, batch_size: int = 32, optimizer: str = "sgd", lr: float = 0.01,
@@ -458,9 +446,9 @@ def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor
     otherwise: on CPU, vmap turns a convolution with per-client weights into a grouped convolution that
     we measured several times slower than looping over clients (benchmarks/bench_fl.py).
     """
-    _check_positive_int("rounds", rounds)
-    _check_positive_int("local_epochs", local_epochs)
-    _check_positive_int("batch_size", batch_size)
+    pos_int(rounds, "rounds")
+    pos_int(local_epochs, "local_epochs")
+    pos_int(batch_size, "batch_size")
     if not (0 < client_fraction <= 1) or math.isnan(client_fraction):
         raise ValueError(f"client_fraction must be in (0, 1], got {client_fraction}")
     if send not in ("weights", "updates"):
@@ -518,9 +506,10 @@ def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor
         global_vec = (global_vec + aggregate if send == "updates" else aggregate).detach()
         if not torch.isfinite(global_vec).all():
             raise FloatingPointError(f"round {r}: the global model has non-finite weights (lr={lr} too large?)")
+        new_params = layout.unflatten(global_vec)
         with torch.no_grad():
             for k, p in model.named_parameters():
-                p.copy_(layout.unflatten(global_vec)[k])
+                p.copy_(new_params[k])
         train_s = time.perf_counter() - t0
         acc, loss = evaluate(model, x_test, y_test)
         rows.append({"round": r, "accuracy": acc, "loss": loss, "clients": len(ids),
