@@ -2,7 +2,9 @@
 
 (b) one FedAvg round on MNIST (100 IID clients, MLP 784-200-10, 1 local epoch, batch B) next to
     centralised training of the same model over the same 60,000 samples with the same batch size;
-(c) the vectorised (torch.func vmap) client path next to the sequential torch.optim path.
+(c) the vectorised (torch.func vmap) client path next to the sequential torch.optim path;
+(d) the sequential path for the CNN with image batches in channels-last memory layout (the default) next to
+    the plain contiguous layout.
 Prints a table of seconds and ratios. Usage: python benchmarks/bench_fl.py [--batch 32] [--repeats 3]
 """
 from __future__ import annotations
@@ -71,6 +73,21 @@ def main() -> None:
         t_cs = best_of(lambda: fl.run_fedavg(cnn, vectorize=False, **conv), 1)
         label = f"(c) cnn2, {args.conv_clients} clients: vectorised / sequential"
         print(f"{label:<48}{t_cv:>10.3f}{t_cv / t_cs:>10.2f}   (sequential {t_cs:.3f} s; 'auto' picks sequential)")
+        layout = fl.ParamLayout.from_model(cnn)
+        gp = {k: v.detach() for k, v in cnn.named_parameters()}
+        ids = list(range(args.conv_clients))
+        scheds = [fl.batch_schedule(len(parts[i]), epochs=1, batch_size=args.batch, generator=torch.Generator().manual_seed(i))
+                  for i in ids]
+        spec = fl.OptimizerSpec(name="sgd", lr=0.05)
+
+        def local(cl: bool):
+            return lambda: fl._train_sequential(cnn, gp, ds.x_train, ds.y_train, scheds, [parts[i] for i in ids], spec,
+                                                layout, channels_last=cl)
+        local(True)()
+        t_cl = best_of(local(True), args.repeats)
+        t_cf = best_of(local(False), args.repeats)
+        label = f"(d) cnn2 local training, channels-last / plain"
+        print(f"{label:<48}{t_cl:>10.3f}{t_cl / t_cf:>10.2f}   (plain {t_cf:.3f} s)")
 
 
 if __name__ == "__main__":
