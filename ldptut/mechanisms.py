@@ -1,4 +1,4 @@
-"""Local randomizers (ε-LDP mechanisms) for one scalar report per coordinate.
+"""Local randomizers (LDP mechanisms) for one scalar report per coordinate.
 
 Every mechanism is a small class in the style of Opacus / OpenDP:
 
@@ -11,7 +11,8 @@ Every mechanism is a small class in the style of Opacus / OpenDP:
   (:class:`RandomizedResponse`, :class:`TwoPoint`) and ``density(y, x)`` / ``cdf(y, x)`` /
   ``support(x)`` for the continuous ones (:class:`Laplace`, :class:`Piecewise`; :class:`Hybrid` is a
   mixture of a continuous part and two point masses, see its docstring);
-* :attr:`~Mechanism.guarantee` states what is protected: ε (δ = 0) for **one scalar report**. A
+* :attr:`~Mechanism.guarantee` states what is protected: ε (δ = 0; (ε, δ) for :class:`Gaussian`)
+  for **one scalar report**. A
   client that reports d coordinates per round, for T rounds, composes to d·T·ε (see
   :mod:`ldptut.privacy`).
 
@@ -33,7 +34,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["Guarantee", "Mechanism", "RandomizedResponse", "TwoPoint", "Laplace", "Piecewise", "Hybrid",
-           "MECHANISMS", "make_mechanism"]
+           "Gaussian", "LdpSign", "MECHANISMS", "make_mechanism"]
 
 Param = Union[float, Tensor]
 
@@ -202,7 +203,7 @@ class Mechanism:
         return xc.expand(_broadcast_shape(xc, self._center, self._radius)).clone()
 
     def bias(self, x: Any) -> Tensor:
-        """E[output | x] - clip(x) (float64): identically 0 for all mechanisms here."""
+        """E[output | x] - clip(x) (float64): identically 0 for the unbiased mechanisms (not :class:`LdpSign`)."""
         return self.mean(x) - self.clip(x)
 
     def variance(self, x: Any) -> Tensor:  # pragma: no cover - abstract
@@ -576,6 +577,157 @@ class Hybrid(Mechanism):
         return self.beta * self.piecewise.variance(x) + (1.0 - self.beta) * self.two_point.variance(x)
 
 
+# ---- 6. Gaussian (Wu et al. 2023, IID clients) ------------------------------------------------------
+def _delta(delta: Any) -> float:
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (0 < float(delta) < 1):
+        raise ValueError(f"delta must be a real number in (0, 1), got {delta!r}")
+    return float(delta)
+
+
+class Gaussian(Mechanism):
+    """Clip to [c - r, c + r] and add N(0, σ²) noise: the Gaussian mechanism, (ε, δ)-LDP per coordinate.
+
+    Dwork, Kenthapadi, McSherry, Mironov, Naor, Eurocrypt 2006; used by Wu, Xu, Zhu (Appl. Sci. 2023,
+    Section 3.1) for IID clients. The sensitivity of one clipped coordinate is Δ = 2r (any two
+    inputs). ``Gaussian(epsilon=, delta=)`` calibrates σ exactly (Balle & Wang, ICML 2018, Thm 8:
+    :func:`ldptut.privacy.gaussian_sigma`); :meth:`with_sigma` takes a given σ (e.g. a paper's
+    formula) and computes the exact ε it gives for ``delta``. Either way :attr:`guarantee` is the
+    exact (ε, δ) **per coordinate per report**, never pure ε-LDP (δ > 0). Unbiased for the clipped
+    input, variance σ².
+    """
+
+    name = "gaussian"
+
+    def __init__(self, *, epsilon: float, delta: float, center: Param = 0.0, radius: Param = 1.0) -> None:
+        super().__init__(epsilon=epsilon)
+        self._delta = _delta(delta)
+        self._set_range(center, radius)
+        if isinstance(self._radius, Tensor):
+            raise ValueError("Gaussian needs a scalar radius (σ is calibrated for one sensitivity 2r)")
+        from .privacy import gaussian_sigma
+
+        self.sigma = gaussian_sigma(self._epsilon, self._delta, 2.0 * self._radius)
+
+    @classmethod
+    def with_sigma(cls, *, sigma: float, delta: float, center: float = 0.0, radius: float = 1.0) -> "Gaussian":
+        """The mechanism with noise std ``sigma``; its ε is the exact one for ``delta`` and Δ = 2r."""
+        from .privacy import gaussian_epsilon
+
+        sig = _as_param(sigma, "sigma", positive=True)
+        rad = _as_param(radius, "radius", positive=True)
+        if isinstance(sig, Tensor) or isinstance(rad, Tensor):
+            raise ValueError("Gaussian.with_sigma needs scalar sigma and radius")
+        eps = gaussian_epsilon(_delta(delta), 2.0 * rad / sig)
+        self = cls.__new__(cls)
+        Mechanism.__init__(self, epsilon=max(eps, 1e-300))  # ε = 0 only if σ is infinite
+        self._delta = float(delta)
+        self._set_range(center, rad)
+        self.sigma = float(sig)
+        return self
+
+    @property
+    def delta(self) -> float:
+        return self._delta
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """Exact (ε, δ) for one report of one clipped coordinate (Δ = 2r, noise σ)."""
+        return Guarantee(epsilon=self._epsilon, delta=self._delta)
+
+    def __repr__(self) -> str:
+        center = f"{self._center:g}" if isinstance(self._center, float) else f"tensor{tuple(self._center.shape)}"
+        return (f"Gaussian(epsilon={self._epsilon:g}, delta={self._delta:g}, sigma={self.sigma:g}, "
+                f"center={center}, radius={self._radius:g})")
+
+    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+        """clip(x) + σ · N(0, 1), one standard normal per element from ``generator``."""
+        w = self._clipped_input(x)
+        noise = torch.randn(w.shape, generator=generator, dtype=w.dtype, device=w.device)
+        return w.add_(noise.mul_(self.sigma)).to(x.dtype)
+
+    def variance(self, x: Any) -> Tensor:
+        """σ² for every x (float64)."""
+        x = _as64(x)
+        return torch.full(_broadcast_shape(x, self._center, self._radius), self.sigma ** 2, dtype=torch.float64)
+
+    def support(self, x: Any) -> Tuple[Tensor, Tensor]:
+        """(-inf, inf) for every x."""
+        x = _as64(x)
+        shape = _broadcast_shape(x, self._center, self._radius)
+        return _full(-math.inf, shape, x), _full(math.inf, shape, x)
+
+    def density(self, y: Any, x: Any) -> Tensor:
+        """f(y | x) = exp(-(y - clip(x))² / (2σ²)) / (σ sqrt(2π)) (float64)."""
+        z = (_as64(y) - self.clip(x)) / self.sigma
+        return torch.exp(-0.5 * z * z) / (self.sigma * math.sqrt(2.0 * math.pi))
+
+    def cdf(self, y: Any, x: Any) -> Tensor:
+        """P[Y <= y | x] = Φ((y - clip(x)) / σ) (float64)."""
+        return torch.special.ndtr((_as64(y) - self.clip(x)) / self.sigma)
+
+
+# ---- 7. ldpsign (Wu et al. 2023, non-IID clients; Jin et al. 2020) -------------------------------
+class LdpSign(Mechanism):
+    """Stochastic sign: report +1 with probability Φ(w / σ), else -1 (w = x clipped to [-r, r]).
+
+    Wu, Xu, Zhu (Appl. Sci. 2023, Section 3.1, after Jin et al., "Stochastic-Sign SGD for Federated
+    Learning with Theoretical Guarantees", 2020) with σ = Δ2 sqrt(2 ln(1.25/δ)) / ε, the classical
+    Gaussian-mechanism calibration (Dwork & Roth 2014, Thm A.1): the report is the sign of
+    w + N(0, σ²), so it inherits the Gaussian mechanism's (ε, δ) **when that calibration is valid**
+    (Thm A.1 needs ε < 1 and Δ2 >= 2r). Because the output is binary and w is bounded, the exact
+    guarantee is pure: ε* = ln(Φ(r/σ) / Φ(-r/σ)) per coordinate per report (:attr:`guarantee`);
+    the paper's (ε, δ) is kept as :attr:`calibration`.
+
+    E[output | w] = 2Φ(w/σ) - 1 (a biased, monotone estimate of w's sign), Var = 1 - E².
+    """
+
+    name = "ldpsign"
+    discrete = True
+
+    def __init__(self, *, epsilon: float, delta: float, l2_sensitivity: float, radius: float = 1.0) -> None:
+        eps = _check_epsilon(epsilon)
+        dl = _delta(delta)
+        sens = _as_param(l2_sensitivity, "l2_sensitivity", positive=True)
+        rad = _as_param(radius, "radius", positive=True)
+        if isinstance(sens, Tensor) or isinstance(rad, Tensor):
+            raise ValueError("LdpSign needs scalar l2_sensitivity and radius")
+        self.sigma = sens * math.sqrt(2.0 * math.log(1.25 / dl)) / eps
+        self.calibration = Guarantee(epsilon=eps, delta=dl, unit="per coordinate, as calibrated by the paper")
+        self.l2_sensitivity = sens
+        from scipy.special import log_ndtr
+
+        exact = float(log_ndtr(rad / self.sigma) - log_ndtr(-rad / self.sigma))
+        super().__init__(epsilon=exact)
+        self._set_range(0.0, rad)
+
+    def __repr__(self) -> str:
+        return (f"LdpSign(epsilon={self.calibration.epsilon:g}, delta={self.calibration.delta:g}, "
+                f"l2_sensitivity={self.l2_sensitivity:g}, radius={self._radius:g}; sigma={self.sigma:g}, "
+                f"exact pure epsilon={self._epsilon:.4g})")
+
+    def prob_plus(self, x: Any) -> Tensor:
+        """P[output = +1 | x] = Φ(clip(x) / σ) (float64)."""
+        return torch.special.ndtr(self.clip(x) / self.sigma)
+
+    def _sample(self, w: Tensor, u: Tensor) -> Tensor:
+        p = torch.special.ndtr(w / self.sigma)
+        return torch.where(u < p, 1.0, -1.0).to(w.dtype)
+
+    def mean(self, x: Any) -> Tensor:
+        """E[output | x] = 2Φ(clip(x)/σ) - 1 (float64): not x, the mechanism is biased by design."""
+        return 2.0 * self.prob_plus(x) - 1.0
+
+    def variance(self, x: Any) -> Tensor:
+        """1 - (2Φ(clip(x)/σ) - 1)² (float64)."""
+        return 1.0 - self.mean(x) ** 2
+
+    def output_distribution(self, x: Any) -> Tuple[Tensor, Tensor]:
+        """(values, probs), shape ``x.shape + (2,)``: values (-1, +1), exact float64 probabilities."""
+        p = self.prob_plus(x)
+        values = torch.stack([-torch.ones_like(p), torch.ones_like(p)], dim=-1)
+        return values, torch.stack([1.0 - p, p], dim=-1)
+
+
 # ---- registry -------------------------------------------------------------------------------------
 MECHANISMS: Dict[str, type] = {
     "randomized_response": RandomizedResponse,
@@ -583,6 +735,8 @@ MECHANISMS: Dict[str, type] = {
     "laplace": Laplace,
     "piecewise": Piecewise,
     "hybrid": Hybrid,
+    "gaussian": Gaussian,
+    "ldpsign": LdpSign,
 }
 
 

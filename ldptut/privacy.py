@@ -461,3 +461,79 @@ def shuffle_amplification(eps0: float, n: int, delta: float) -> float:
 
 
 __all__.append("shuffle_amplification")
+
+
+# --------------------------------------------------------------------------------------------------
+# Gaussian mechanism: exact (ε, δ)
+# --------------------------------------------------------------------------------------------------
+def gaussian_delta(epsilon: float, mu: float) -> float:
+    """Exact δ(ε) of the Gaussian mechanism with μ = Δ / σ (sensitivity over noise std).
+
+    δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2): Balle & Wang, "Improving the Gaussian Mechanism for
+    Differential Privacy: Analytical Calibration and Optimal Denoising", ICML 2018, Theorem 8
+    (equivalently μ-GDP, Dong, Roth, Su, JRSS-B 2022, Corollary 2.13). Tight: no smaller δ holds.
+    """
+    from scipy.special import log_ndtr, ndtr
+
+    eps = real(epsilon, "epsilon", nonneg=True)
+    m = real(mu, "mu", positive=True)
+    a = -eps / m + m / 2
+    b = -eps / m - m / 2
+    return max(0.0, float(ndtr(a) - math.exp(eps + log_ndtr(b))))
+
+
+def gaussian_epsilon(delta: float, mu: float) -> float:
+    """Smallest ε >= 0 with :func:`gaussian_delta` (ε, μ) <= δ (bisection to 1e-10 relative)."""
+    dl = real(delta, "delta", positive=True)
+    if dl >= 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    m = real(mu, "mu", positive=True)
+    if gaussian_delta(0.0, m) <= dl:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while gaussian_delta(hi, m) > dl:
+        lo, hi = hi, 2 * hi
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if gaussian_delta(mid, m) > dl:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-10 * hi:
+            break
+    return hi
+
+
+def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Smallest noise std σ for which N(0, σ²) on a query of ℓ2 ``sensitivity`` is (ε, δ)-DP (exact,
+    Balle & Wang 2018, Thm 8: bisection on μ = Δ/σ with :func:`gaussian_delta`)."""
+    eps = real(epsilon, "epsilon", positive=True)
+    dl = real(delta, "delta", positive=True)
+    if dl >= 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    sens = real(sensitivity, "sensitivity", positive=True)
+    lo, hi = 0.0, 1.0  # in μ: δ(ε; μ) increases with μ
+    while gaussian_delta(eps, hi) <= dl:
+        lo, hi = hi, 2 * hi
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if gaussian_delta(eps, mid) <= dl:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return sens / lo
+
+
+def compose_gaussian(mus: Sequence[float]) -> float:
+    """μ of the adaptive composition of Gaussian mechanisms with μ_1..μ_k: sqrt(Σ μ_i²) (exact;
+    Dong, Roth, Su 2022, Corollary 3.3). d coordinates of one vector, each with sensitivity Δ and
+    noise σ, are one Gaussian mechanism with μ = sqrt(d) Δ / σ."""
+    vals = [real(m, "mu", positive=True) for m in mus]
+    if not vals:
+        raise ValueError("mus must hold at least one value")
+    return math.sqrt(sum(v * v for v in vals))
+
+
+__all__ += ["gaussian_delta", "gaussian_epsilon", "gaussian_sigma", "compose_gaussian"]

@@ -25,6 +25,12 @@ from ldptut.privacy import exact_ldp_audit, histogram_ratio_exact, monte_carlo_a
 from ldptut.rng import generator
 
 N = 100_000  # samples per input point
+# parameters some mechanisms need besides epsilon (the (ε, δ) ones)
+EXTRA = {"gaussian": dict(delta=1e-5), "ldpsign": dict(delta=1e-5, l2_sensitivity=2.0)}
+
+
+def build(name, epsilon):
+    return make_mechanism(name, epsilon=epsilon, **EXTRA.get(name, {}))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -187,7 +193,7 @@ def _input_for(name, shape, dtype):
 @pytest.mark.parametrize("name", list(MECHANISMS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 def test_shape_dtype_device_and_determinism(name, dtype):
-    mech = make_mechanism(name, epsilon=1.0)
+    mech = build(name, 1.0)
     for shape in [(0,), (7,), (3, 5), (300, 700)]:
         x = _input_for(name, shape, dtype)
         y1 = mech.privatize(x, generator(5, name))
@@ -437,7 +443,7 @@ def test_checks_catch_a_wrong_density():
 @pytest.mark.parametrize("eps", [0, 0.0, -1, -1.0, float("nan"), float("inf"), -float("inf"), True, "1", None])
 def test_bad_epsilon(name, eps):
     with pytest.raises(ValueError, match="epsilon"):
-        make_mechanism(name, epsilon=eps)
+        build(name, eps)
 
 
 @pytest.mark.parametrize("cls", RANGED)
@@ -454,7 +460,7 @@ def test_bad_range(cls):
 
 @pytest.mark.parametrize("name", list(MECHANISMS))
 def test_bad_x(name):
-    mech = make_mechanism(name, epsilon=1.0)
+    mech = build(name, 1.0)
     for bad in (float("nan"), float("inf"), -float("inf")):
         for n in (5, 100_000):
             x = torch.zeros(n)
@@ -477,8 +483,8 @@ def test_randomized_response_rejects_non_bits():
 
 
 def test_unknown_mechanism_name():
-    with pytest.raises(ValueError, match="unknown mechanism.*hybrid.*laplace.*piecewise.*randomized_response.*two_point"):
-        make_mechanism("gaussian", epsilon=1.0)
+    with pytest.raises(ValueError, match="unknown mechanism.*gaussian.*hybrid.*laplace.*ldpsign.*piecewise.*randomized_response.*two_point"):
+        make_mechanism("exponential", epsilon=1.0)
     assert isinstance(make_mechanism("Two-Point", epsilon=1.0), TwoPoint)
 
 
