@@ -24,3 +24,44 @@ LDP_FL_TABLE1 = [
     {"dataset": "cifar10", "epsilon": 5.0, "fixed": 13.54, "adaptive": 58.89},
     {"dataset": "cifar10", "epsilon": 10.0, "fixed": 14.28, "adaptive": 60.37},
 ]
+
+#: Wu, Xu, Zhu (Appl. Sci. 2023), Section 5: experiment settings as printed (5.2.1 IID, 5.3.1 non-IID).
+#: "mnist" in the paper's IID runs is scikit-learn's 8x8 digits (Section 5.1). eps per client, delta_i
+#: per client; q is the per-round sampling probability (IID only); c the clipping bound; l2 = Delta_2.
+#: Non-IID train sizes and the Dirichlet concentration are not given (see the chapter).
+WU_SETTINGS = {
+    "iid": {
+        "digits": {"n_clients": 3, "rounds": 10, "batch": 50, "test_size": 300, "delta": 1 / 500, "q": 0.8,
+                   "clip": 200.0, "epsilons": [1.0, 5.0, 10.0],
+                   "profiles": {"{1,1,10}": [1, 1, 10], "{1,5,10}": [1, 5, 10], "{1,10,10}": [1, 10, 10]}},
+        "fashion_mnist": {"n_clients": 3, "rounds": 20, "batch": 50, "test_size": 600, "delta": 1 / 1000, "q": 0.9,
+                          "clip": 2.0, "epsilons": [0.05, 0.5, 1.0],
+                          "profiles": {"{0.05,0.05,1}": [0.05, 0.05, 1], "{0.05,0.5,1}": [0.05, 0.5, 1],
+                                       "{0.05,1,1}": [0.05, 1, 1]}},
+        "covertype": {"n_clients": 10, "rounds": 50, "batch": 1000, "test_size": 30000, "train_size": 500000,
+                      "delta": 1 / 50000, "q": 0.8, "clip": 2.0, "epsilons": [1.0, 5.0, 10.0],
+                      "profiles": {"L/H": [1] * 5 + [10] * 5, "L/M/H": [1, 1, 1, 5, 5, 5, 5, 10, 10, 10]}},
+    },
+    "noniid": {
+        "digits": {"n_clients": 10, "rounds": 10, "batch": 400, "test_size": 2400, "delta": 1e-5, "clip": 4.0,
+                   "l2": 8.0, "epsilons": [5.0, 10.0, 15.0],
+                   "profiles": {"L/H": [5] * 5 + [15] * 5, "L/M/H": [5, 5, 5, 10, 10, 10, 10, 15, 15, 15]}},
+        "fashion_mnist": {"n_clients": 10, "rounds": 10, "batch": 200, "test_size": 1200, "delta": 1e-5, "clip": 4.0,
+                          "l2": 8.0, "epsilons": [5.0, 10.0, 15.0],
+                          "profiles": {"L/H": [5] * 5 + [15] * 5, "L/M/H": [5, 5, 5, 10, 10, 10, 10, 15, 15, 15]}},
+        "covertype": {"n_clients": 10, "rounds": 20, "batch": 2500, "test_size": 30000, "delta": 1e-5, "clip": 2.0,
+                      "l2": 4.0, "epsilons": [1.0, 5.0, 10.0],
+                      "profiles": {"L/H": [1] * 5 + [10] * 5, "L/M/H": [1, 1, 1, 5, 5, 5, 5, 10, 10, 10]}},
+    },
+}
+
+#: Wu et al. Section 5.2.2 / 5.3.2: accuracy (%) without noise, and the gains (points) of B and C over A.
+WU_REPORTED = {
+    ("iid", "digits"): {"no_noise": 88.7, "gain_B": 5.57, "gain_C": 11.28},
+    ("iid", "fashion_mnist"): {"no_noise": 73.1, "gain_B": 3.04, "gain_C": 3.93},
+    ("iid", "covertype"): {"no_noise": 49.0, "gain_B": 4.07, "gain_C": 10.90},
+    ("noniid", "digits"): {"no_noise": 65.2, "gain_B": None, "gain_C": 6.97},
+    ("noniid", "fashion_mnist"): {"no_noise": 49.8, "gain_B": None, "gain_C": 19.85},
+    ("noniid", "covertype"): {"no_noise": 62.6, "gain_B": None, "gain_C": None},  # "does not obtain accuracy gains"
+}
+__all__ += ["WU_SETTINGS", "WU_REPORTED"]
