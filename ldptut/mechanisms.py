@@ -619,7 +619,7 @@ class Gaussian(Mechanism):
             raise ValueError("Gaussian.with_sigma needs scalar sigma and radius")
         eps = gaussian_epsilon(_delta(delta), 2.0 * rad / sig)
         self = cls.__new__(cls)
-        Mechanism.__init__(self, epsilon=max(eps, 1e-300))  # ε = 0 only if σ is infinite
+        self._epsilon = eps  # may be 0: δ(0) <= delta already (σ much larger than 2r); δ carries the guarantee
         self._delta = float(delta)
         self._set_range(center, rad)
         self.sigma = float(sig)

@@ -23,6 +23,7 @@ argmax_k (w_k · x + b_k). The flattened model is (W row by row, then b): d = K 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -30,8 +31,8 @@ import pandas as pd
 import torch
 
 from ._validate import pos_int, real
-from .fl import ParamLayout, RoundContext
-from .mechanisms import Mechanism
+from .fl import ParamLayout, RoundContext, mean_aggregator  # A: the arithmetic mean (Wu et al. Sec. 5.2)
+from .mechanisms import Gaussian, LdpSign, Mechanism
 from .rng import generator
 
 __all__ = ["SIGMA_READINGS", "paper_gaussian_sigma", "optimal_eta0", "optimal_learning_rate", "inverse_sigma_weights",
@@ -99,11 +100,6 @@ def optimal_learning_rate(t: Any, *, alpha: float) -> Any:
 
 
 # ------------------------------------------------------------------------------------ aggregation
-def mean_aggregator(payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
-    """A: arithmetic mean (Wu et al. Section 5.2: W = (1/N) Σ G̃_i)."""
-    return payloads.mean(dim=0)
-
-
 def _rho(sigmas: Sequence[float]) -> torch.Tensor:
     s = torch.as_tensor([real(v, "sigma", positive=True) for v in sigmas], dtype=torch.float64)
     if s.numel() == 0:
@@ -261,8 +257,6 @@ def simulate(runs: Sequence[RunSpec], *, x_train: torch.Tensor, y_train: torch.T
     the aggregator when it reports it, else all), seconds, and the run's ``info``; the final global
     models are in :attr:`SimulationResult.weights`.
     """
-    import time
-
     from tqdm import tqdm
 
     if not runs:
@@ -449,18 +443,10 @@ def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, settin
             out.append(None)
         elif protocol == "iid":
             sig = paper_gaussian_sigma(e, delta=setting["delta"], q=setting["q"], rounds=setting["rounds"], reading=reading)
-            out.append(_gaussian_with_sigma(sig, setting["delta"], setting["clip"]))
+            out.append(Gaussian.with_sigma(sigma=sig, delta=setting["delta"], radius=setting["clip"]))
         else:
-            from .mechanisms import LdpSign
-
             out.append(LdpSign(epsilon=e, delta=setting["delta"], l2_sensitivity=setting["l2"], radius=setting["clip"]))
     return out
-
-
-def _gaussian_with_sigma(sigma: float, delta: float, clip: float):
-    from .mechanisms import Gaussian
-
-    return Gaussian.with_sigma(sigma=sigma, delta=delta, radius=clip)
 
 
 def grid_runs(exp: Experiment, seeds: Sequence[int], *, reading: str = "sqrt_all", on_empty: str = "keep",

@@ -490,18 +490,7 @@ def gaussian_epsilon(delta: float, mu: float) -> float:
     m = real(mu, "mu", positive=True)
     if gaussian_delta(0.0, m) <= dl:
         return 0.0
-    lo, hi = 0.0, 1.0
-    while gaussian_delta(hi, m) > dl:
-        lo, hi = hi, 2 * hi
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if gaussian_delta(mid, m) > dl:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-10 * hi:
-            break
-    return hi
+    return _threshold(lambda eps: gaussian_delta(eps, m) <= dl, rel=1e-10)[1]  # upper end: δ(ε) <= δ holds
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -512,18 +501,25 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     if dl >= 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     sens = real(sensitivity, "sensitivity", positive=True)
-    lo, hi = 0.0, 1.0  # in μ: δ(ε; μ) increases with μ
-    while gaussian_delta(eps, hi) <= dl:
+    mu = _threshold(lambda m: gaussian_delta(eps, m) > dl, rel=1e-12)[0]  # lower end: δ(ε; μ) <= δ holds
+    return sens / mu
+
+
+def _threshold(ok: Any, *, rel: float) -> Tuple[float, float]:
+    """Bracket (lo, hi), hi - lo <= rel * hi, of the threshold of a predicate on v > 0 that is false
+    below it and true above it: ``ok(lo)`` is false (or lo = 0) and ``ok(hi)`` is true."""
+    lo, hi = 0.0, 1.0
+    while not ok(hi):
         lo, hi = hi, 2 * hi
     for _ in range(200):
         mid = (lo + hi) / 2
-        if gaussian_delta(eps, mid) <= dl:
-            lo = mid
-        else:
+        if ok(mid):
             hi = mid
-        if hi - lo <= 1e-12 * hi:
+        else:
+            lo = mid
+        if hi - lo <= rel * hi:
             break
-    return sens / lo
+    return lo, hi
 
 
 def compose_gaussian(mus: Sequence[float]) -> float:
