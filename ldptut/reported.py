@@ -5,7 +5,10 @@ them next to numbers computed by code that ran.
 """
 from __future__ import annotations
 
-__all__ = ["LDP_FL_HEADLINE", "LDP_FL_TABLE1"]
+import pandas as pd
+
+__all__ = ["LDP_FL_HEADLINE", "LDP_FL_TABLE1", "LDP_FL_N_CLIENTS", "LDP_FL_FIXED_RANGE",
+           "ldp_fl_comparison"]
 
 #: LDP-FL (Sun, Qian, Chen, IJCAI 2021), Section 5 text: accuracy (%) at the stated setting.
 #: eps is per weight per round; n = number of clients.
@@ -14,6 +17,12 @@ LDP_FL_HEADLINE = [
     {"dataset": "fashion_mnist", "epsilon": 4.0, "n_clients": 200, "range": "fixed (0, 0.015)", "accuracy": 86.26},
     {"dataset": "cifar10", "epsilon": 10.0, "n_clients": 500, "range": "adaptive", "accuracy": 61.46},
 ]
+
+#: LDP-FL Section 5: clients n per data set (Table 1 uses the same n as the headline settings).
+LDP_FL_N_CLIENTS = {"mnist": 100, "fashion_mnist": 200, "cifar10": 500}
+
+#: LDP-FL Section 5: the fixed range (c, r) per data set (CIFAR-10's fixed range in Table 1 is not given).
+LDP_FL_FIXED_RANGE = {"mnist": (0.0, 0.075), "fashion_mnist": (0.0, 0.015)}
 
 #: LDP-FL Table 1: fixed vs adaptive range, accuracy (%), eps per weight per round.
 LDP_FL_TABLE1 = [
@@ -65,3 +74,59 @@ WU_REPORTED = {
     ("noniid", "covertype"): {"no_noise": 62.6, "gain_B": None, "gain_C": None},  # "does not obtain accuracy gains"
 }
 __all__ += ["WU_SETTINGS", "WU_REPORTED"]
+
+
+def _mean_std(values: pd.Series) -> str:
+    if len(values) == 0:
+        return "not run"
+    if len(values) == 1:
+        return f"{values.iloc[0]:.1f} (1 seed)"
+    return f"{values.mean():.1f} ± {values.std():.1f} ({len(values)} seeds)"
+
+
+def ldp_fl_comparison(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
+                      client_fraction: float = 1.0) -> pd.DataFrame:
+    """LDP-FL's reported accuracies next to ours from stored runs (``ldptut.runcache.load_runs``).
+
+    For each claim (Section 5 headline numbers and Table 1) the runs of the same data set, number of
+    clients, epsilon (per weight per round) and range rule are selected, at the given local computation
+    (which the paper does not state) and fraction of clients; "ours" is their final accuracy, mean ± std
+    over seeds (sample std), and "non-private" the same for the non-private runs with identical settings
+    and the same seeds.
+    "fixed" is the paper's fixed range for the data set (``LDP_FL_FIXED_RANGE``), "adaptive" our rule
+    (``GlobalModelRange``).
+    """
+    need = {"dataset", "n_clients", "epsilon", "range", "mechanism", "batch_size", "local_epochs",
+            "client_fraction", "accuracy", "seed", "model", "rounds", "lr"}
+    if len(runs) and not need <= set(runs.columns):
+        raise ValueError(f"runs lacks the columns {sorted(need - set(runs.columns))}; use runcache.load_runs")
+    claims = [(f"{p['dataset']} ε={p['epsilon']:g} n={p['n_clients']} {p['range']}", p["dataset"], p["epsilon"],
+               p["n_clients"], p["range"], p["accuracy"]) for p in LDP_FL_HEADLINE]
+    for p in LDP_FL_TABLE1:
+        for rule in ("fixed", "adaptive"):
+            claims.append((f"Table 1 {p['dataset']} ε={p['epsilon']:g} {rule}", p["dataset"], p["epsilon"],
+                           LDP_FL_N_CLIENTS[p["dataset"]], rule, p[rule]))
+    rows = []
+    for label, dataset, eps, n, rule, paper in claims:
+        if len(runs):
+            same = runs[(runs["dataset"] == dataset) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
+                        & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)]
+        else:
+            same = runs
+        if rule.startswith("fixed"):
+            fixed = LDP_FL_FIXED_RANGE.get(dataset)
+            prefix = "FixedRange(" if fixed is None else f"FixedRange(center={fixed[0]!r}, radius={fixed[1]!r})"
+        else:
+            prefix = "GlobalModelRange("
+        ours = same[(same["epsilon"] == eps) & same["range"].fillna("").str.startswith(prefix)] if len(same) else same
+        nonpriv = same[same["mechanism"].isna() & same["seed"].isin(ours["seed"])] if len(same) else same
+        settings = ""
+        if len(ours):
+            first = ours.iloc[0]
+            settings = (f"{first['model']}, {first['rounds']} rounds, lr {first['lr']:g}, batch {batch_size}, "
+                        f"{local_epochs} local epoch(s)")
+        rows.append({"claim": label, "paper (%)": paper,
+                     "ours (%)": _mean_std(ours["accuracy"]) if len(ours) else "not run",
+                     "ours non-private (%)": _mean_std(nonpriv["accuracy"]) if len(ours) and len(nonpriv) else "",
+                     "settings": settings})
+    return pd.DataFrame(rows)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-__all__ = ["CachedRun", "RunCache", "config_key", "package_commit"]
+__all__ = ["CachedRun", "RunCache", "config_key", "load_runs", "package_commit"]
 
 FORMAT = 1
 
@@ -117,3 +117,26 @@ class RunCache:
             tmp.write_text(json.dumps(doc, indent=1) + "\n")
             tmp.replace(path)  # atomic: an interrupted write never leaves a half file under the key
         return run
+
+
+def load_runs(*directories: str | Path) -> pd.DataFrame:
+    """Every run stored in ``directories``: one row per run with its configuration, final accuracy (%) and provenance.
+
+    Columns: the configuration's keys, ``accuracy`` (final test accuracy in %), ``commit``, ``date``,
+    ``seconds`` (training time), ``key`` (file name) and ``cache`` (its directory). A file that is not
+    a run record of this format is an error, not skipped.
+    """
+    rows = []
+    for directory in directories:
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"run cache directory {directory} does not exist")
+        for path in sorted(directory.glob("*.json")):
+            doc = json.loads(path.read_text())
+            if doc.get("format") != FORMAT or "config" not in doc or not doc.get("history"):
+                raise ValueError(f"{path} is not a run record of format {FORMAT}")
+            prov = doc.get("provenance", {})
+            rows.append({**doc["config"], "accuracy": 100 * float(doc["history"][-1]["accuracy"]),
+                         "commit": prov.get("commit"), "date": prov.get("date"), "seconds": prov.get("seconds"),
+                         "key": path.stem, "cache": directory.as_posix()})
+    return pd.DataFrame(rows)

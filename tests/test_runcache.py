@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from ldptut.runcache import RunCache, config_key
+from ldptut.runcache import RunCache, config_key, load_runs
 
 
 class _Result:
@@ -60,3 +60,23 @@ def test_file_with_another_configuration_is_an_error(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="does not hold this configuration"):
         cache.run(cfg, lambda: _Result(0.5))
+
+
+def test_load_runs_lists_every_stored_run_with_its_final_accuracy(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    RunCache(a).run({"epsilon": 1.0, "seed": 0}, lambda: _Result(0.9))
+    RunCache(a).run({"epsilon": None, "seed": 0}, lambda: _Result(0.95))
+    RunCache(b).run({"epsilon": 1.0, "seed": 1}, lambda: _Result(0.8))
+    runs = load_runs(a, b)
+    assert len(runs) == 3 and set(runs["cache"]) == {a.as_posix(), b.as_posix()}
+    got = runs.sort_values(["seed", "accuracy"])[["seed", "accuracy"]].to_numpy().tolist()
+    assert got == [[0, 90.0], [0, 95.0], [1, 80.0]]
+    assert runs["epsilon"].isna().sum() == 1 and runs["commit"].notna().all()
+
+
+def test_load_runs_rejects_a_missing_directory_and_a_foreign_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_runs(tmp_path / "missing")
+    (tmp_path / "x.json").write_text(json.dumps({"format": 99}))
+    with pytest.raises(ValueError, match="not a run record"):
+        load_runs(tmp_path)

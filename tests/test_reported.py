@@ -1,0 +1,52 @@
+"""ldptut.reported.ldp_fl_comparison: the paper's claims matched to stored runs by their settings."""
+import pandas as pd
+import pytest
+
+from ldptut.reported import LDP_FL_HEADLINE, LDP_FL_TABLE1, ldp_fl_comparison
+
+FIXED_MNIST = "FixedRange(center=0.0, radius=0.075)"
+ADAPTIVE = "GlobalModelRange(margin=1.0, min_radius=1e-06)"
+
+
+def _run(**kw):
+    base = {"dataset": "mnist", "model": "cnn2", "n_clients": 100, "rounds": 10, "lr": 0.03, "client_fraction": 1.0,
+            "local_epochs": 1, "batch_size": 32, "mechanism": "TwoPoint", "epsilon": 1.0, "range": FIXED_MNIST,
+            "seed": 0, "accuracy": 85.0}
+    return {**base, **kw}
+
+
+def test_claims_match_runs_of_the_same_setting_only():
+    runs = pd.DataFrame([
+        _run(seed=0, accuracy=85.0), _run(seed=1, accuracy=87.0),
+        _run(seed=2, accuracy=99.0, batch_size=10),            # other local computation: not matched
+        _run(seed=3, accuracy=99.0, n_clients=50),             # other n: not matched
+        _run(seed=4, accuracy=99.0, client_fraction=0.5),      # other fraction: not matched
+        _run(seed=0, epsilon=None, mechanism=None, range=None, accuracy=92.0),
+        _run(seed=1, epsilon=None, mechanism=None, range=None, accuracy=94.0),
+        _run(seed=0, epsilon=5.0, range=ADAPTIVE, accuracy=91.0),
+        _run(seed=0, epsilon=5.0, accuracy=90.0),
+    ])
+    table = ldp_fl_comparison(runs).set_index("claim")
+    assert len(table) == len(LDP_FL_HEADLINE) + 2 * len(LDP_FL_TABLE1)
+    head = table.loc["mnist ε=1 n=100 fixed (0, 0.075)"]
+    assert head["paper (%)"] == 96.24
+    assert head["ours (%)"] == "86.0 ± 1.4 (2 seeds)"           # mean 86, sample std sqrt(2)
+    assert head["ours non-private (%)"] == "93.0 ± 1.4 (2 seeds)"
+    assert "cnn2, 10 rounds, lr 0.03, batch 32" in head["settings"]
+    assert table.loc["Table 1 mnist ε=5 adaptive", "ours (%)"] == "91.0 (1 seed)"
+    assert table.loc["Table 1 mnist ε=5 fixed", "ours (%)"] == "90.0 (1 seed)"
+    assert table.loc["Table 1 mnist ε=10 fixed", "ours (%)"] == "not run"
+    assert table.loc["fashion_mnist ε=4 n=200 fixed (0, 0.015)", "ours (%)"] == "not run"
+
+
+def test_a_fixed_range_of_another_radius_is_not_the_papers_claim():
+    runs = pd.DataFrame([_run(range="FixedRange(center=0.0, radius=0.5)"), _run(range="FixedRange(center=0.0, radius=0.0751)")])
+    assert ldp_fl_comparison(runs).iloc[0]["ours (%)"] == "not run"
+
+
+def test_other_local_computation_is_selectable_and_empty_runs_give_not_run():
+    runs = pd.DataFrame([_run(batch_size=10, accuracy=92.1)])
+    assert ldp_fl_comparison(runs, batch_size=10).iloc[0]["ours (%)"] == "92.1 (1 seed)"
+    assert (ldp_fl_comparison(pd.DataFrame())["ours (%)"] == "not run").all()
+    with pytest.raises(ValueError, match="lacks the columns"):
+        ldp_fl_comparison(pd.DataFrame([{"dataset": "mnist"}]))
