@@ -45,6 +45,7 @@ reproduce: data
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mechanisms.py
 	$(BIN)/python benchmarks/bench_fl.py
+	$(BIN)/python benchmarks/bench_paper_cost.py
 
 clean:
 	rm -rf _build .pytest_cache

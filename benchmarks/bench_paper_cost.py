@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 
 import torch
 
+from bench_fl import best_of  # same folder: the scripts are run as python benchmarks/<name>.py
 from ldptut import fl, models
 from ldptut.data import load_dataset
 from ldptut.mechanisms import TwoPoint
@@ -33,15 +33,6 @@ SETTINGS = [
 ]
 
 
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=10, help="clients actually trained per setting")
@@ -52,7 +43,7 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
     print(f"one round = {args.clients} clients timed (best of {args.repeats}), extrapolated to n; batch {args.batch}, "
           "1 local epoch, two-point at eps = 1 per weight per round")
-    header = f"{'setting':<34}{'d':>11}{'s/client':>10}{'s/eval':>8}{'s/round':>9}{'h/run':>7}{'ratio':>7}"
+    header = f"{'setting':<40}{'d':>11}{'s/client':>10}{'s/eval':>8}{'s/round':>9}{'h/run':>7}{'ratio':>7}"
     print(header)
     base = None
     for name, model_name, n, rounds, lr, rule in SETTINGS:
@@ -72,7 +63,7 @@ def main() -> None:
         per_round = per_client * n + t_eval
         base = base or per_round
         label = f"{name} {model_name} n={n} ({rounds} rounds)"
-        print(f"{label:<34}{models.count_parameters(model):>11,}{per_client:>10.3f}{t_eval:>8.2f}{per_round:>9.1f}"
+        print(f"{label:<40}{models.count_parameters(model):>11,}{per_client:>10.3f}{t_eval:>8.2f}{per_round:>9.1f}"
               f"{per_round * rounds / 3600:>7.2f}{per_round / base:>7.2f}")
 
 
