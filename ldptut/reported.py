@@ -19,7 +19,7 @@ LDP_FL_HEADLINE = [
 ]
 
 #: LDP-FL Section 5: clients n per data set (Table 1 uses the same n as the headline settings).
-LDP_FL_N_CLIENTS = {"mnist": 100, "fashion_mnist": 200, "cifar10": 500}
+LDP_FL_N_CLIENTS = {p["dataset"]: p["n_clients"] for p in LDP_FL_HEADLINE}
 
 #: LDP-FL Section 5: the fixed range (c, r) per data set (CIFAR-10's fixed range in Table 1 is not given).
 LDP_FL_FIXED_RANGE = {"mnist": (0.0, 0.075), "fashion_mnist": (0.0, 0.015)}
@@ -98,7 +98,9 @@ def ldp_fl_comparison(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs:
     """
     need = {"dataset", "n_clients", "epsilon", "range", "mechanism", "batch_size", "local_epochs",
             "client_fraction", "accuracy", "seed", "model", "rounds", "lr"}
-    if len(runs) and not need <= set(runs.columns):
+    if runs.empty:
+        runs = pd.DataFrame(columns=sorted(need))
+    if not need <= set(runs.columns):
         raise ValueError(f"runs lacks the columns {sorted(need - set(runs.columns))}; use runcache.load_runs")
     claims = [(f"{p['dataset']} ε={p['epsilon']:g} n={p['n_clients']} {p['range']}", p["dataset"], p["epsilon"],
                p["n_clients"], p["range"], p["accuracy"]) for p in LDP_FL_HEADLINE]
@@ -108,25 +110,22 @@ def ldp_fl_comparison(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs:
                            LDP_FL_N_CLIENTS[p["dataset"]], rule, p[rule]))
     rows = []
     for label, dataset, eps, n, rule, paper in claims:
-        if len(runs):
-            same = runs[(runs["dataset"] == dataset) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
-                        & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)]
-        else:
-            same = runs
+        same = runs[(runs["dataset"] == dataset) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
+                    & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)]
         if rule.startswith("fixed"):
             fixed = LDP_FL_FIXED_RANGE.get(dataset)
             prefix = "FixedRange(" if fixed is None else f"FixedRange(center={fixed[0]!r}, radius={fixed[1]!r})"
         else:
             prefix = "GlobalModelRange("
-        ours = same[(same["epsilon"] == eps) & same["range"].fillna("").str.startswith(prefix)] if len(same) else same
-        nonpriv = same[same["mechanism"].isna() & same["seed"].isin(ours["seed"])] if len(same) else same
+        ours = same[(same["epsilon"] == eps) & same["range"].fillna("").astype(str).str.startswith(prefix)]
+        nonpriv = same[same["mechanism"].isna() & same["seed"].isin(ours["seed"])]
         settings = ""
         if len(ours):
             first = ours.iloc[0]
             settings = (f"{first['model']}, {first['rounds']} rounds, lr {first['lr']:g}, batch {batch_size}, "
                         f"{local_epochs} local epoch(s)")
         rows.append({"claim": label, "paper (%)": paper,
-                     "ours (%)": _mean_std(ours["accuracy"]) if len(ours) else "not run",
-                     "ours non-private (%)": _mean_std(nonpriv["accuracy"]) if len(ours) and len(nonpriv) else "",
+                     "ours (%)": _mean_std(ours["accuracy"]),
+                     "ours non-private (%)": _mean_std(nonpriv["accuracy"]) if len(ours) else "",
                      "settings": settings})
     return pd.DataFrame(rows)

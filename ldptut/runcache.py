@@ -75,6 +75,14 @@ class CachedRun:
         return float(self.history["accuracy"].iloc[-1])
 
 
+def _read_record(path: Path) -> dict:
+    """The run record stored at ``path``; anything else (another format, no history) is an error."""
+    doc = json.loads(path.read_text())
+    if doc.get("format") != FORMAT or "config" not in doc or not doc.get("history"):
+        raise ValueError(f"{path} is not a run record of format {FORMAT}; delete or move the file")
+    return doc
+
+
 class RunCache:
     """Directory of finished runs (``<key>.json``); ``directory=None`` disables caching (always train)."""
 
@@ -89,10 +97,9 @@ class RunCache:
         path = self.path(config)
         if path is None or not path.exists():
             return None
-        doc = json.loads(path.read_text())
-        if doc.get("format") != FORMAT or doc.get("config") != _canonical(config):
-            raise ValueError(f"{path} does not hold this configuration (format {doc.get('format')}); "
-                             "delete the file to re-run it")
+        doc = _read_record(path)
+        if doc["config"] != _canonical(config):
+            raise ValueError(f"{path} does not hold this configuration; delete the file to re-run it")
         return CachedRun(history=pd.DataFrame(doc["history"]), config=doc["config"],
                          provenance=doc["provenance"], loaded=True)
 
@@ -132,9 +139,7 @@ def load_runs(*directories: str | Path) -> pd.DataFrame:
         if not directory.is_dir():
             raise FileNotFoundError(f"run cache directory {directory} does not exist")
         for path in sorted(directory.glob("*.json")):
-            doc = json.loads(path.read_text())
-            if doc.get("format") != FORMAT or "config" not in doc or not doc.get("history"):
-                raise ValueError(f"{path} is not a run record of format {FORMAT}")
+            doc = _read_record(path)
             prov = doc.get("provenance", {})
             rows.append({**doc["config"], "accuracy": 100 * float(doc["history"][-1]["accuracy"]),
                          "commit": prov.get("commit"), "date": prov.get("date"), "seconds": prov.get("seconds"),
