@@ -50,3 +50,15 @@ def test_other_local_computation_is_selectable_and_empty_runs_give_not_run():
     assert (ldp_fl_comparison(pd.DataFrame())["ours (%)"] == "not run").all()
     with pytest.raises(ValueError, match="lacks the columns"):
         ldp_fl_comparison(pd.DataFrame([{"dataset": "mnist"}]))
+
+
+def test_a_fixed_range_the_paper_does_not_give_is_named_as_ours():
+    runs = pd.DataFrame([_run(dataset="cifar10", model="small_vgg", n_clients=500, rounds=15, lr=0.015, epsilon=5.0,
+                              range="FixedRange(center=0.0, radius=1.0)", accuracy=20.0),
+                         _run(epsilon=5.0)])
+    table = ldp_fl_comparison(runs).set_index("claim")
+    row = table.loc["Table 1 cifar10 ε=5 fixed"]
+    assert row["ours (%)"] == "20.0 (1 seed)"
+    assert row["settings"].endswith("ours (not the paper's) FixedRange(center=0.0, radius=1.0)")
+    mnist = table.loc["Table 1 mnist ε=5 fixed"]
+    assert mnist["ours (%)"] == "85.0 (1 seed)" and "ours" not in mnist["settings"]  # the paper's own range
