@@ -38,7 +38,7 @@ from .rng import generator
 __all__ = ["SIGMA_READINGS", "paper_gaussian_sigma", "optimal_eta0", "optimal_learning_rate", "inverse_sigma_weights",
            "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf", "mean_aggregator",
            "PersonalizedPerturbation", "RunSpec", "simulate", "SimulationResult", "linear_layout", "Experiment",
-           "load_experiment", "client_mechanisms", "grid_runs"]
+           "load_experiment", "client_mechanisms", "grid_scenarios", "grid_runs", "grid_config", "run_grid", "load_grid_runs"]
 
 #: Readings of the IID noise formula of Section 3.1, whose operators were lost in the text we have
 #: ("σ i = 4 q 2 R 1 q ( 2 ϵ i 2 l o g 1 δ i + 1 ϵ i )"); see :func:`paper_gaussian_sigma`.
@@ -367,6 +367,7 @@ class Experiment:
     setting: Mapping[str, Any]
     dirichlet_alpha: float = 0.5
     notes: list = field(default_factory=list)
+    data_seed: int = 0
 
     def partition(self, seed: int) -> list[torch.Tensor]:
         from . import partition as _p
@@ -431,7 +432,8 @@ def load_experiment(dataset: str, protocol: str, setting: Mapping[str, Any], *, 
     else:
         raise ValueError(f"unknown dataset {dataset!r} for Wu et al.; known: digits, fashion_mnist, covertype, mnist")
     return Experiment(name=dataset, protocol=protocol, x_train=xtr.double(), y_train=ytr, x_test=xte.double(),
-                      y_test=yte, num_classes=k, setting=s, dirichlet_alpha=dirichlet_alpha, notes=notes)
+                      y_test=yte, num_classes=k, setting=s, dirichlet_alpha=dirichlet_alpha, notes=notes,
+                      data_seed=data_seed)
 
 
 def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, setting: Mapping[str, Any], *,
@@ -449,21 +451,33 @@ def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, settin
     return out
 
 
+def grid_scenarios(setting: Mapping[str, Any], *, aggregations: Sequence[str] = ("A", "B", "C")) -> list[tuple]:
+    """The paper's grid as (kind, label, ε per client, aggregation): no noise and every client at each ε
+    of ``setting["epsilons"]`` with A (non-personalized), then every profile with each aggregation."""
+    n = int(setting["n_clients"])
+    scenarios = [("non-personalized", "no noise", [None] * n, "A")]
+    scenarios += [("non-personalized", f"all ε = {e:g}", [e] * n, "A") for e in setting["epsilons"]]
+    scenarios += [("personalized", name, list(prof), a) for name, prof in setting["profiles"].items() for a in aggregations]
+    return scenarios
+
+
+def _run_info(experiment: str, scenario: tuple, seed: int, reading: str) -> dict:
+    kind, label, _, agg_name = scenario
+    return {"experiment": experiment, "kind": kind, "profile": label, "aggregation": agg_name, "seed": seed,
+            "reading": reading}
+
+
 def grid_runs(exp: Experiment, seeds: Sequence[int], *, reading: str = "sqrt_all", on_empty: str = "keep",
               aggregations: Sequence[str] = ("A", "B", "C")) -> list[RunSpec]:
-    """The paper's grid for one experiment: non-personalized (no noise; every client at each ε of the
-    grid; aggregation A) and every personalized profile with each aggregation, for every seed."""
+    """The paper's grid for one experiment (:func:`grid_scenarios`), for every seed."""
     s, proto = exp.setting, exp.protocol
-    n = int(s["n_clients"])
-    scenarios = [("non-personalized", "no noise", [None] * n, "A")]
-    scenarios += [("non-personalized", f"all ε = {e:g}", [e] * n, "A") for e in s["epsilons"]]
-    scenarios += [("personalized", name, prof, a) for name, prof in s["profiles"].items() for a in aggregations]
     runs = []
     for seed in seeds:
         part = exp.partition(seed)
-        for kind, label, eps, agg_name in scenarios:
-            mechs = client_mechanisms(eps, proto, s, reading=reading)
+        for scenario in grid_scenarios(s, aggregations=aggregations):
+            mechs = client_mechanisms(scenario[2], proto, s, reading=reading)
             sig = [m.sigma for m in mechs] if mechs[0] is not None else None
+            agg_name = scenario[3]
             if agg_name == "A":
                 agg = mean_aggregator
             elif agg_name == "B":
@@ -474,6 +488,79 @@ def grid_runs(exp: Experiment, seeds: Sequence[int], *, reading: str = "sqrt_all
                 agg = SignOf(agg)
             runs.append(RunSpec(seed=seed, partition=part, mechanisms=mechs, aggregator=agg, clip=float(s["clip"]),
                                 q=float(s.get("q", 1.0)) if proto == "iid" else 1.0, sign=proto == "noniid",
-                                info={"experiment": f"{proto} {exp.name}", "kind": kind, "profile": label,
-                                      "aggregation": agg_name, "seed": seed, "reading": reading}))
+                                info=_run_info(f"{proto} {exp.name}", scenario, seed, reading)))
     return runs
+
+
+# ------------------------------------------------------------------------------ stored grid runs
+_STORED_COLUMNS = ["run", "round", "accuracy", "clients_used", "seconds"]  # the rest is rebuilt from the config
+
+
+def grid_config(exp: Experiment, seed: int, *, reading: str, on_empty: str, rounds: int, local_passes: int,
+                alpha: float) -> dict:
+    """Everything that determines one seed's grid of :func:`run_grid`: the key of its stored record."""
+    return {"paper": "wu2023", "experiment": f"{exp.protocol} {exp.name}", "setting": dict(exp.setting),
+            "n_train": len(exp.y_train), "n_test": len(exp.y_test), "data_seed": exp.data_seed,
+            "dirichlet_alpha": exp.dirichlet_alpha if exp.protocol == "noniid" else None, "seed": int(seed),
+            "reading": reading, "on_empty": on_empty, "rounds": int(rounds), "local_passes": int(local_passes),
+            "alpha": float(alpha), "dtype": "float64"}
+
+
+def _with_info(history: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
+    """A stored history (``_STORED_COLUMNS``) with the run labels of its grid and its configuration."""
+    info = pd.DataFrame([_run_info(config["experiment"], sc, config["seed"], config["reading"])
+                         for sc in grid_scenarios(config["setting"])])
+    info["run"] = range(len(info))
+    out = history[_STORED_COLUMNS].merge(info, on="run", how="left", validate="many_to_one")
+    if out["profile"].isna().any():
+        raise ValueError(f"stored history of {config['experiment']} seed {config['seed']} has runs outside its grid")
+    return out
+
+
+def run_grid(exp: Experiment, seeds: Sequence[int], *, reading: str = "sqrt_all", on_empty: str = "keep",
+             rounds: Optional[int] = None, local_passes: int = 1, alpha: float = 1e-4,
+             device: str | torch.device = "cpu", cache: Any = None, progress: bool = True) -> pd.DataFrame:
+    """History (one row per run and round) of the paper's grid (:func:`grid_runs`) trained with :func:`simulate`.
+
+    ``cache=None``: all seeds are trained together, here. With a :class:`ldptut.runcache.RunCache`,
+    each seed's grid is one stored record (key: :func:`grid_config`), loaded when present and trained
+    and stored otherwise, so a paper-scale run can be resumed and seeds added later. ``rounds``
+    defaults to the experiment's setting.
+    """
+    rounds = pos_int(rounds if rounds is not None else exp.setting["rounds"], "rounds")
+    kw = dict(rounds=rounds, local_passes=local_passes, alpha=alpha, device=device, **exp.data())
+    key = f"{exp.protocol} {exp.name}"
+    if cache is None:
+        return simulate(grid_runs(exp, seeds, reading=reading, on_empty=on_empty), progress=progress, desc=key,
+                        **kw).history
+    out = []
+    for seed in seeds:
+        config = grid_config(exp, seed, reading=reading, on_empty=on_empty, rounds=rounds,
+                             local_passes=local_passes, alpha=alpha)
+
+        def train(seed=seed):
+            runs = grid_runs(exp, [seed], reading=reading, on_empty=on_empty)
+            res = simulate(runs, progress=progress, desc=f"{key} seed {seed}", **kw)
+            return SimulationResult(history=res.history[_STORED_COLUMNS], weights=res.weights, layout=res.layout)
+
+        out.append(_with_info(cache.run(config, train).history, config))
+    return pd.concat(out, ignore_index=True)
+
+
+def load_grid_runs(directory: Any) -> pd.DataFrame:
+    """Every grid stored by :func:`run_grid` in ``directory``: histories with their run labels, plus the
+    record's n_train, n_test, rounds, local_passes, on_empty, commit, date and training seconds."""
+    from .runcache import load_records
+
+    out = []
+    for rec in load_records(directory):
+        c, prov = rec.config, rec.provenance
+        if c.get("paper") != "wu2023":
+            raise ValueError(f"{directory} holds a record that is not a Wu et al. grid ({c.get('experiment')!r})")
+        h = _with_info(rec.history, c)
+        out.append(h.assign(n_train=c["n_train"], n_test=c["n_test"], rounds=c["rounds"],
+                            local_passes=c["local_passes"], on_empty=c["on_empty"], commit=prov.get("commit"),
+                            date=prov.get("date"), train_seconds=prov.get("seconds")))
+    if not out:
+        raise FileNotFoundError(f"no stored grid runs in {directory}; make reproduce CHAPTER=personalized_ldp_fl writes them")
+    return pd.concat(out, ignore_index=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 __all__ = ["LDP_FL_HEADLINE", "LDP_FL_TABLE1", "LDP_FL_N_CLIENTS", "LDP_FL_FIXED_RANGE",
-           "ldp_fl_comparison"]
+           "ldp_fl_comparison", "wu_comparison"]
 
 #: LDP-FL (Sun, Qian, Chen, IJCAI 2021), Section 5 text: accuracy (%) at the stated setting.
 #: eps is per weight per round; n = number of clients.
@@ -132,3 +132,50 @@ def ldp_fl_comparison(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs:
                      "ours non-private (%)": _mean_std(nonpriv["accuracy"]) if len(ours) else "",
                      "settings": settings})
     return pd.DataFrame(rows)
+
+
+def wu_comparison(final: pd.DataFrame) -> pd.DataFrame:
+    """Wu et al.'s reported no-noise accuracy and gains of B and C over A next to ours, per experiment.
+
+    ``final``: the last round of every run (columns experiment "iid digits" etc., kind, profile,
+    aggregation, seed, accuracy in [0, 1]). The paper does not say how it averages a gain over
+    profiles; ours is the **paired** difference B - A (C - A) of runs with the same seed and profile,
+    averaged over the profiles, then mean ± sample std over seeds. "exceeds spread" is "yes" when
+    |mean| > std (needs at least two seeds, else "1 seed").
+    """
+    need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
+    if not need <= set(final.columns):
+        raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
+    rows = []
+    for key in final["experiment"].drop_duplicates():
+        proto, name = key.split()
+        if (proto, name) not in WU_REPORTED:
+            raise ValueError(f"no reported numbers for experiment {key!r}; known: {sorted(WU_REPORTED)}")
+        rep = WU_REPORTED[(proto, name)]
+        f = final[final["experiment"] == key]
+        nn = 100 * f[f["profile"] == "no noise"]["accuracy"]
+        rows.append({"experiment": key, "quantity": "no-noise accuracy (%)", "paper": rep["no_noise"],
+                     "ours": _mean_pm(nn), "exceeds spread": ""})
+        pers = f[f["kind"] == "personalized"].pivot_table(index=["profile", "seed"], columns="aggregation",
+                                                           values="accuracy")
+        for agg in ("B", "C"):
+            claim = rep[f"gain_{agg}"]
+            if claim is None:
+                claim = "not reported" if agg == "B" and proto == "noniid" else "none (no gain)"
+            if agg not in pers or "A" not in pers:
+                rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
+                             "ours": "not run", "exceeds spread": ""})
+                continue
+            gain = 100 * (pers[agg] - pers["A"]).groupby("seed").mean()  # averaged over profiles, per seed
+            spread = "1 seed" if len(gain) < 2 else ("yes" if abs(gain.mean()) > gain.std() else "no")
+            rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
+                         "ours": _mean_pm(gain, signed=True), "exceeds spread": spread})
+    return pd.DataFrame(rows)
+
+
+def _mean_pm(values: pd.Series, *, signed: bool = False) -> str:
+    """'mean ± std' (sample std) with one decimal; a single value has no std."""
+    fmt = "+.1f" if signed else ".1f"
+    if len(values) == 1:
+        return f"{values.iloc[0]:{fmt}}"
+    return f"{values.mean():{fmt}} ± {values.std():.1f}"

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-__all__ = ["CachedRun", "RunCache", "config_key", "load_runs", "package_commit"]
+__all__ = ["CachedRun", "RunCache", "config_key", "load_records", "load_runs", "package_commit"]
 
 FORMAT = 1
 
@@ -126,6 +126,20 @@ class RunCache:
         return run
 
 
+def load_records(directory: str | Path) -> list[CachedRun]:
+    """Every run stored in ``directory`` (file-name order), with its whole history. A file that is not
+    a run record of this format is an error, not skipped; so is a missing directory."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"run cache directory {directory} does not exist")
+    out = []
+    for path in sorted(directory.glob("*.json")):
+        doc = _read_record(path)
+        out.append(CachedRun(history=pd.DataFrame(doc["history"]), config=doc["config"],
+                             provenance={**doc.get("provenance", {}), "key": path.stem}, loaded=True))
+    return out
+
+
 def load_runs(*directories: str | Path) -> pd.DataFrame:
     """Every run stored in ``directories``: one row per run with its configuration, final accuracy (%) and provenance.
 
@@ -135,13 +149,9 @@ def load_runs(*directories: str | Path) -> pd.DataFrame:
     """
     rows = []
     for directory in directories:
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise FileNotFoundError(f"run cache directory {directory} does not exist")
-        for path in sorted(directory.glob("*.json")):
-            doc = _read_record(path)
-            prov = doc.get("provenance", {})
-            rows.append({**doc["config"], "accuracy": 100 * float(doc["history"][-1]["accuracy"]),
-                         "commit": prov.get("commit"), "date": prov.get("date"), "seconds": prov.get("seconds"),
-                         "key": path.stem, "cache": directory.as_posix()})
+        for rec in load_records(directory):
+            prov = rec.provenance
+            rows.append({**rec.config, "accuracy": 100 * rec.final_accuracy, "commit": prov.get("commit"),
+                         "date": prov.get("date"), "seconds": prov.get("seconds"), "key": prov["key"],
+                         "cache": Path(directory).as_posix()})
     return pd.DataFrame(rows)

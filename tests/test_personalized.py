@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -274,3 +275,48 @@ def test_simulate_rejects_bad_runs():
                               aggregator=P.mean_aggregator, clip=1.0, q=1.5)], rounds=1, progress=False, **data)
     with pytest.raises(ValueError, match="runs"):
         P.simulate([], rounds=1, progress=False, **data)
+
+
+def _small_digits_experiment():
+    from ldptut.reported import WU_SETTINGS
+
+    setting = {**WU_SETTINGS["iid"]["digits"], "rounds": 2, "epsilons": [1.0],
+               "profiles": {"{1,5,10}": [1, 5, 10]}}
+    return P.load_experiment("digits", "iid", setting, train_size=600)
+
+
+def test_run_grid_stores_one_record_per_seed_and_loads_the_same_history(tmp_path):
+    from ldptut.runcache import RunCache
+
+    exp = _small_digits_experiment()
+    cache = RunCache(tmp_path)
+    trained = P.run_grid(exp, [0, 1], cache=cache, progress=False)
+    assert len(list(tmp_path.glob("*.json"))) == 2  # one record per seed
+    assert len(trained) == 2 * 5 * 2  # seeds x (no noise, ε = 1, profile with A/B/C) x rounds
+    loaded = P.run_grid(exp, [0, 1], cache=cache, progress=False)
+    pd.testing.assert_frame_equal(trained, loaded)
+    together = P.run_grid(exp, [0, 1], progress=False)  # no cache: both seeds in one simulation
+    key = ["seed", "profile", "aggregation", "round"]
+    a, b = (df.sort_values(key).reset_index(drop=True) for df in (trained, together))
+    assert a[key].equals(b[key])
+    assert a["accuracy"].tolist() == b["accuracy"].tolist()
+    stored = P.load_grid_runs(tmp_path)
+    assert set(stored["seed"]) == {0, 1} and set(stored["n_train"]) == {600}
+    s = stored.sort_values(key).reset_index(drop=True)
+    assert s["accuracy"].tolist() == a["accuracy"].tolist() and s["profile"].tolist() == a["profile"].tolist()
+    # another setting is another record, never the stored one
+    P.run_grid(exp, [0], cache=cache, progress=False, on_empty="all")
+    assert len(list(tmp_path.glob("*.json"))) == 3
+
+
+def test_load_grid_runs_rejects_empty_and_foreign_directories(tmp_path):
+    from ldptut.runcache import RunCache
+
+    with pytest.raises(FileNotFoundError, match="no stored grid runs"):
+        P.load_grid_runs(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        P.load_grid_runs(tmp_path / "missing")
+    RunCache(tmp_path).run({"dataset": "mnist"}, lambda: P.SimulationResult(
+        history=pd.DataFrame({"accuracy": [0.5]}), weights=torch.zeros(1), layout=None))
+    with pytest.raises(ValueError, match="not a Wu et al. grid"):
+        P.load_grid_runs(tmp_path)

@@ -62,3 +62,37 @@ def test_a_fixed_range_the_paper_does_not_give_is_named_as_ours():
     assert row["settings"].endswith("ours (not the paper's) FixedRange(center=0.0, radius=1.0)")
     mnist = table.loc["Table 1 mnist ε=5 fixed"]
     assert mnist["ours (%)"] == "85.0 (1 seed)" and "ours" not in mnist["settings"]  # the paper's own range
+
+
+# ------------------------------------------------------------------------------ Wu et al. (2023)
+def _wu_final(gains_b, gains_c, experiment="iid digits"):
+    """Final rows of a toy grid: A at 0.50 on two profiles, B and C at A + the given gain (points) per seed."""
+    rows = []
+    for seed, (gb, gc) in enumerate(zip(gains_b, gains_c)):
+        rows.append({"experiment": experiment, "kind": "non-personalized", "profile": "no noise", "aggregation": "A",
+                     "seed": seed, "accuracy": 0.80 + 0.01 * seed})
+        for prof in ("p1", "p2"):
+            for agg, acc in (("A", 0.50), ("B", 0.50 + gb / 100), ("C", 0.50 + gc / 100)):
+                rows.append({"experiment": experiment, "kind": "personalized", "profile": prof, "aggregation": agg,
+                             "seed": seed, "accuracy": acc})
+    return pd.DataFrame(rows)
+
+
+def test_wu_gains_are_paired_per_seed_and_compared_with_their_spread():
+    from ldptut.reported import WU_REPORTED, wu_comparison
+
+    t = wu_comparison(_wu_final(gains_b=[4.0, 6.0, 5.0], gains_c=[10.0, -10.0, 3.0])).set_index("quantity")
+    assert t.loc["no-noise accuracy (%)", "ours"] == "81.0 ± 1.0"
+    assert t.loc["no-noise accuracy (%)", "paper"] == WU_REPORTED[("iid", "digits")]["no_noise"]
+    assert t.loc["gain of B over A (points)", "ours"] == "+5.0 ± 1.0"
+    assert t.loc["gain of B over A (points)", "exceeds spread"] == "yes"
+    assert t.loc["gain of C over A (points)", "ours"] == "+1.0 ± 10.1"  # std of (10, -10, 3) = sqrt(103)
+    assert t.loc["gain of C over A (points)", "exceeds spread"] == "no"
+    one = wu_comparison(_wu_final([2.0], [3.0], experiment="noniid covertype")).set_index("quantity")
+    assert one.loc["gain of B over A (points)", "paper"] == "not reported"
+    assert one.loc["gain of C over A (points)", "paper"] == "none (no gain)"
+    assert one.loc["gain of C over A (points)", "exceeds spread"] == "1 seed"
+    with pytest.raises(ValueError, match="no reported numbers"):
+        wu_comparison(_wu_final([1.0], [1.0], experiment="iid mnist"))
+    with pytest.raises(ValueError, match="lacks the columns"):
+        wu_comparison(pd.DataFrame({"experiment": ["iid digits"]}))
