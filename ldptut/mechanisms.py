@@ -33,6 +33,8 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from ._validate import real
+
 __all__ = ["Guarantee", "Mechanism", "RandomizedResponse", "TwoPoint", "Laplace", "Piecewise", "Hybrid",
            "Gaussian", "LdpSign", "MECHANISMS", "make_mechanism"]
 
@@ -59,16 +61,6 @@ class Guarantee:
 
 
 # ---- helpers --------------------------------------------------------------------------------------
-def _check_epsilon(epsilon: Any) -> float:
-    if isinstance(epsilon, Tensor) and epsilon.numel() == 1 and epsilon.dtype.is_floating_point:
-        epsilon = epsilon.item()
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
-        raise ValueError(f"epsilon must be a finite real number > 0, got {epsilon!r} of type {type(epsilon).__name__}")
-    if not math.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
-    return float(epsilon)
-
-
 def _as_param(value: Any, name: str, *, positive: bool) -> Param:
     """A python float, or a float64 tensor (ndim >= 1) checked elementwise."""
     cond = "finite and > 0" if positive else "finite"
@@ -147,7 +139,7 @@ class Mechanism:
     discrete = False
 
     def __init__(self, *, epsilon: float) -> None:
-        self._epsilon = _check_epsilon(epsilon)
+        self._epsilon = real(epsilon, "epsilon", positive=True)
         self._center: Param = 0.0
         self._radius: Param = 1.0
 
@@ -685,7 +677,7 @@ class LdpSign(Mechanism):
     discrete = True
 
     def __init__(self, *, epsilon: float, delta: float, l2_sensitivity: float, radius: float = 1.0) -> None:
-        eps = _check_epsilon(epsilon)
+        eps = real(epsilon, "epsilon", positive=True)
         dl = _delta(delta)
         sens = _as_param(l2_sensitivity, "l2_sensitivity", positive=True)
         rad = _as_param(radius, "radius", positive=True)

@@ -390,7 +390,9 @@ def load_experiment(dataset: str, protocol: str, setting: Mapping[str, Any], *, 
     Feature scales (the paper does not state them; c and σ are in weight units, so they matter):
     digits keep scikit-learn's raw pixel values 0..16; Fashion-MNIST uses pixel / 255; MNIST uses
     pixel / 255 * 16 (the digits' range, so the digits protocol means the same thing); Covertype uses
-    our loader's standardised numeric columns and 0/1 indicator columns. Sizes: IID train = N / δ
+    our loader's standardised numeric columns and 0/1 indicator columns; "covertype_raw" is the same
+    split with the 10 numeric columns as UCI ships them (metres, degrees, index values; a check of
+    how much the unstated scaling matters). Sizes: IID train = N / δ
     (one client holds 1/δ samples, as δ_i = 1/|D_i|) unless ``train_size``; non-IID train = 4 x test
     (not given by the paper: ours) unless ``train_size``.
     """
@@ -401,7 +403,7 @@ def load_experiment(dataset: str, protocol: str, setting: Mapping[str, Any], *, 
     s = dict(setting)
     notes = []
     n_test = int(test_size or s["test_size"])
-    g = generator(data_seed, "wu", dataset, protocol, "split")
+    g = generator(data_seed, "wu", "covertype" if dataset == "covertype_raw" else dataset, protocol, "split")
     if dataset == "digits":
         x, y = _d.load_digits_raw()
         x = x.reshape(len(x), -1) * 16.0
@@ -422,15 +424,21 @@ def load_experiment(dataset: str, protocol: str, setting: Mapping[str, Any], *, 
         xtr, ytr = ds.x_train[tr].reshape(len(tr), -1) * scale, ds.y_train[tr]
         xte, yte = ds.x_test[te].reshape(len(te), -1) * scale, ds.y_test[te]
         k = ds.num_classes
-    elif dataset == "covertype":
+    elif dataset in ("covertype", "covertype_raw"):
         ds = _d.load_dataset("covertype")
         x, y = torch.cat([ds.x_train, ds.x_test]), torch.cat([ds.y_train, ds.y_test])
+        if dataset == "covertype_raw":  # undo the loader's standardisation of the 10 numeric columns
+            n_num = len(ds.info["num_mean"])
+            x = x.clone()
+            x[:, :n_num] = (x[:, :n_num].double() * torch.tensor(ds.info["num_std"], dtype=torch.float64)
+                            + torch.tensor(ds.info["num_mean"], dtype=torch.float64)).round().to(x.dtype)  # UCI: integers
         n_tr = train_size or int(s.get("train_size", 500_000))
         perm = torch.randperm(len(y), generator=g)
         te, tr = perm[:n_test], perm[n_test:n_test + n_tr]
         xtr, ytr, xte, yte, k = x[tr], y[tr], x[te], y[te], ds.num_classes
     else:
-        raise ValueError(f"unknown dataset {dataset!r} for Wu et al.; known: digits, fashion_mnist, covertype, mnist")
+        raise ValueError(f"unknown dataset {dataset!r} for Wu et al.; known: digits, fashion_mnist, covertype, "
+                         "covertype_raw, mnist")
     return Experiment(name=dataset, protocol=protocol, x_train=xtr.double(), y_train=ytr, x_test=xte.double(),
                       y_test=yte, num_classes=k, setting=s, dirichlet_alpha=dirichlet_alpha, notes=notes,
                       data_seed=data_seed)

@@ -320,3 +320,23 @@ def test_load_grid_runs_rejects_empty_and_foreign_directories(tmp_path):
         history=pd.DataFrame({"accuracy": [0.5]}), weights=torch.zeros(1), layout=None))
     with pytest.raises(ValueError, match="not a Wu et al. grid"):
         P.load_grid_runs(tmp_path)
+
+
+def test_covertype_raw_is_the_same_split_with_unscaled_numeric_columns():
+    from ldptut.reported import WU_SETTINGS
+
+    s = WU_SETTINGS["iid"]["covertype"]
+    std = P.load_experiment("covertype", "iid", s, train_size=2000, test_size=500)
+    raw = P.load_experiment("covertype_raw", "iid", s, train_size=2000, test_size=500)
+    assert torch.equal(std.y_train, raw.y_train) and torch.equal(std.y_test, raw.y_test)
+    assert torch.equal(std.x_train[:, 10:], raw.x_train[:, 10:])  # the 0/1 columns are untouched
+    elevation = raw.x_train[:, 0]
+    assert bool(((elevation - elevation.round()).abs() < 1e-6).all()) and 1800 < float(elevation.mean()) < 3900  # metres
+    assert float(elevation.std()) > 100  # unscaled: elevation varies by hundreds of metres
+    from ldptut import data as D
+
+    info = D.load_dataset("covertype").info
+    mean, sd = (torch.tensor(info[k], dtype=torch.float64) for k in ("num_mean", "num_std"))
+    torch.testing.assert_close((raw.x_train[:, :10] - mean) / sd, std.x_train[:, :10])
+    with pytest.raises(ValueError, match="covertype_raw"):
+        P.load_experiment("covtype_scaled", "iid", s)
