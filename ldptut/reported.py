@@ -141,16 +141,19 @@ def wu_comparison(final: pd.DataFrame) -> pd.DataFrame:
     aggregation, seed, accuracy in [0, 1]). The paper does not say how it averages a gain over
     profiles; ours is the **paired** difference B - A (C - A) of runs with the same seed and profile,
     averaged over the profiles, then mean ± sample std over seeds. "exceeds spread" is "yes" when
-    |mean| > std (needs at least two seeds, else "1 seed").
+    |mean| > std (needs at least two seeds, else "1 seed"). Rows follow the order of ``WU_REPORTED``.
     """
     need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
     if not need <= set(final.columns):
         raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
+    known = [f"{p} {n}" for p, n in WU_REPORTED]
+    present = set(final["experiment"])
+    unknown = sorted(present - set(known))
+    if unknown:
+        raise ValueError(f"no reported numbers for experiment(s) {unknown}; known: {known}")
     rows = []
-    for key in final["experiment"].drop_duplicates():
+    for key in [k for k in known if k in present]:  # the paper's order, whatever the order of the runs
         proto, name = key.split()
-        if (proto, name) not in WU_REPORTED:
-            raise ValueError(f"no reported numbers for experiment {key!r}; known: {sorted(WU_REPORTED)}")
         rep = WU_REPORTED[(proto, name)]
         f = final[final["experiment"] == key]
         nn = 100 * f[f["profile"] == "no noise"]["accuracy"]

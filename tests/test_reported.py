@@ -96,3 +96,11 @@ def test_wu_gains_are_paired_per_seed_and_compared_with_their_spread():
         wu_comparison(_wu_final([1.0], [1.0], experiment="iid mnist"))
     with pytest.raises(ValueError, match="lacks the columns"):
         wu_comparison(pd.DataFrame({"experiment": ["iid digits"]}))
+
+
+def test_wu_rows_follow_the_papers_order_whatever_the_run_order():
+    from ldptut.reported import wu_comparison
+
+    both = pd.concat([_wu_final([1.0], [1.0], experiment="noniid digits"), _wu_final([2.0], [2.0])])
+    t = wu_comparison(both)
+    assert t["experiment"].drop_duplicates().tolist() == ["iid digits", "noniid digits"]
