@@ -530,15 +530,15 @@ def run_grid(exp: Experiment, seeds: Sequence[int], *, reading: str = "sqrt_all"
              device: str | torch.device = "cpu", cache: Any = None, progress: bool = True) -> pd.DataFrame:
     """History (one row per run and round) of the paper's grid (:func:`grid_runs`) trained with :func:`simulate`.
 
-    ``cache=None``: all seeds are trained together, here. With a :class:`ldptut.runcache.RunCache`,
-    each seed's grid is one stored record (key: :func:`grid_config`), loaded when present and trained
-    and stored otherwise, so a paper-scale run can be resumed and seeds added later. ``rounds``
-    defaults to the experiment's setting.
+    ``cache=None`` (or a RunCache without directory): all seeds are trained together, here. With a
+    :class:`ldptut.runcache.RunCache` that has a directory, each seed's grid is one stored record
+    (key: :func:`grid_config`), loaded when present and trained and stored otherwise, so a paper-scale
+    run can be resumed and seeds added later. ``rounds`` defaults to the experiment's setting.
     """
     rounds = pos_int(rounds if rounds is not None else exp.setting["rounds"], "rounds")
     kw = dict(rounds=rounds, local_passes=local_passes, alpha=alpha, device=device, **exp.data())
     key = f"{exp.protocol} {exp.name}"
-    if cache is None:
+    if cache is None or cache.directory is None:  # nothing to store: one simulation, vectorised over seeds too
         return simulate(grid_runs(exp, seeds, reading=reading, on_empty=on_empty), progress=progress, desc=key,
                         **kw).history
     out = []
