@@ -26,7 +26,7 @@ data: $(STAMP)
 
 book: data
 	rm -rf _build/html _build/.jupyter_cache
-	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
+	$(BIN)/jupyter-book build . --all --builder html -W -n --keep-going  # --all: every chapter re-executed, not only changed ones
 	@echo "Book built: _build/html/index.html"
 
 test: data
