@@ -37,8 +37,9 @@ from .rng import generator
 
 __all__ = ["SIGMA_READINGS", "paper_gaussian_sigma", "optimal_eta0", "optimal_learning_rate", "inverse_sigma_weights",
            "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf", "mean_aggregator",
-           "PersonalizedPerturbation", "RunSpec", "simulate", "SimulationResult", "linear_layout", "Experiment",
-           "load_experiment", "client_mechanisms", "grid_scenarios", "grid_runs", "grid_config", "run_grid", "load_grid_runs"]
+           "PersonalizedPerturbation", "RunSpec", "simulate", "SimulationResult", "final_rounds", "linear_layout",
+           "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios", "grid_runs", "grid_config", "run_grid",
+           "load_grid_runs"]
 
 #: Readings of the IID noise formula of Section 3.1, whose operators were lost in the text we have
 #: ("σ i = 4 q 2 R 1 q ( 2 ϵ i 2 l o g 1 δ i + 1 ϵ i )"); see :func:`paper_gaussian_sigma`.
@@ -348,8 +349,17 @@ class SimulationResult:
 
     def final(self) -> pd.DataFrame:
         """The last round of every run."""
-        h = self.history
-        return h[h["round"] == h["round"].max()].reset_index(drop=True)
+        return final_rounds(self.history)
+
+
+def final_rounds(history: pd.DataFrame) -> pd.DataFrame:
+    """The last round of every run of a history (:func:`simulate`, :func:`run_grid`, :func:`load_grid_runs`):
+    the rows whose round is the largest of their experiment (of the whole history without that column)."""
+    if "experiment" in history:
+        last = history.groupby("experiment")["round"].transform("max")
+    else:
+        last = history["round"].max()
+    return history[history["round"] == last].reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------ the paper's grids

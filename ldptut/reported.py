@@ -73,15 +73,20 @@ WU_REPORTED = {
     ("noniid", "fashion_mnist"): {"no_noise": 49.8, "gain_B": None, "gain_C": 19.85},
     ("noniid", "covertype"): {"no_noise": 62.6, "gain_B": None, "gain_C": None},  # "does not obtain accuracy gains"
 }
-__all__ += ["WU_SETTINGS", "WU_REPORTED"]
+#: The paper's experiments as the chapter names them ("iid digits", ...), in the paper's order.
+WU_EXPERIMENTS = [f"{protocol} {name}" for protocol, name in WU_REPORTED]
+__all__ += ["WU_SETTINGS", "WU_REPORTED", "WU_EXPERIMENTS"]
 
 
-def _mean_std(values: pd.Series) -> str:
+def _mean_std(values: pd.Series, *, fmt: str = ".1f", count: bool = True) -> str:
+    """'mean ± std' (sample std), one decimal (``fmt`` for the mean, e.g. "+.1f" for gains); with ``count``
+    the number of seeds follows; a single value has no std; no value is "not run"."""
     if len(values) == 0:
         return "not run"
+    seeds = f" ({len(values)} seed{'s' if len(values) > 1 else ''})" if count else ""
     if len(values) == 1:
-        return f"{values.iloc[0]:.1f} (1 seed)"
-    return f"{values.mean():.1f} ± {values.std():.1f} ({len(values)} seeds)"
+        return f"{values.iloc[0]:{fmt}}{seeds}"
+    return f"{values.mean():{fmt}} ± {values.std():.1f}{seeds}"
 
 
 def ldp_fl_comparison(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
@@ -141,24 +146,23 @@ def wu_comparison(final: pd.DataFrame) -> pd.DataFrame:
     aggregation, seed, accuracy in [0, 1]). The paper does not say how it averages a gain over
     profiles; ours is the **paired** difference B - A (C - A) of runs with the same seed and profile,
     averaged over the profiles, then mean ± sample std over seeds. "exceeds spread" is "yes" when
-    |mean| > std (needs at least two seeds, else "1 seed"). Rows follow the order of ``WU_REPORTED``.
+    |mean| > std (needs at least two seeds, else "1 seed"). Rows follow ``WU_EXPERIMENTS``.
     """
     need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
     if not need <= set(final.columns):
         raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
-    known = [f"{p} {n}" for p, n in WU_REPORTED]
     present = set(final["experiment"])
-    unknown = sorted(present - set(known))
+    unknown = sorted(present - set(WU_EXPERIMENTS))
     if unknown:
-        raise ValueError(f"no reported numbers for experiment(s) {unknown}; known: {known}")
+        raise ValueError(f"no reported numbers for experiment(s) {unknown}; known: {WU_EXPERIMENTS}")
     rows = []
-    for key in [k for k in known if k in present]:  # the paper's order, whatever the order of the runs
+    for key in [k for k in WU_EXPERIMENTS if k in present]:  # the paper's order, whatever the order of the runs
         proto, name = key.split()
         rep = WU_REPORTED[(proto, name)]
         f = final[final["experiment"] == key]
         nn = 100 * f[f["profile"] == "no noise"]["accuracy"]
         rows.append({"experiment": key, "quantity": "no-noise accuracy (%)", "paper": rep["no_noise"],
-                     "ours": _mean_pm(nn), "exceeds spread": ""})
+                     "ours": _mean_std(nn, count=False), "exceeds spread": ""})
         pers = f[f["kind"] == "personalized"].pivot_table(index=["profile", "seed"], columns="aggregation",
                                                            values="accuracy")
         for agg in ("B", "C"):
@@ -172,13 +176,6 @@ def wu_comparison(final: pd.DataFrame) -> pd.DataFrame:
             gain = 100 * (pers[agg] - pers["A"]).groupby("seed").mean()  # averaged over profiles, per seed
             spread = "1 seed" if len(gain) < 2 else ("yes" if abs(gain.mean()) > gain.std() else "no")
             rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
-                         "ours": _mean_pm(gain, signed=True), "exceeds spread": spread})
+                         "ours": _mean_std(gain, fmt="+.1f", count=False), "exceeds spread": spread})
     return pd.DataFrame(rows)
 
-
-def _mean_pm(values: pd.Series, *, signed: bool = False) -> str:
-    """'mean ± std' (sample std) with one decimal; a single value has no std."""
-    fmt = "+.1f" if signed else ".1f"
-    if len(values) == 1:
-        return f"{values.iloc[0]:{fmt}}"
-    return f"{values.mean():{fmt}} ± {values.std():.1f}"

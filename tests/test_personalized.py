@@ -340,3 +340,10 @@ def test_covertype_raw_is_the_same_split_with_unscaled_numeric_columns():
     torch.testing.assert_close((raw.x_train[:, :10] - mean) / sd, std.x_train[:, :10])
     with pytest.raises(ValueError, match="covertype_raw"):
         P.load_experiment("covtype_scaled", "iid", s)
+
+
+def test_final_rounds_takes_the_last_round_of_each_experiment():
+    h = pd.DataFrame({"experiment": ["a"] * 4 + ["b"] * 2, "round": [1, 2, 1, 2, 1, 1], "run": [0, 0, 1, 1, 2, 3],
+                      "accuracy": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]})
+    assert P.final_rounds(h)["accuracy"].tolist() == [0.2, 0.4, 0.5, 0.6]  # b has one round only
+    assert P.final_rounds(h.drop(columns="experiment"))["accuracy"].tolist() == [0.2, 0.4]
