@@ -25,7 +25,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ldptut.mechanisms import TwoPoint
+from ldptut.mechanisms import TwoPoint, two_point_a
 
 __all__ = ["recover_two_point_range", "client_range", "range_leak"]
 
@@ -84,7 +84,7 @@ def recover_two_point_range(reports: Tensor, epsilon: float, *, rtol: float = 1e
             f"reports (row {bad}) must take exactly 2 distinct values, got {n_distinct}"
             + (": with one value the server learns only one endpoint c ± r a" if n_distinct == 1 else "")
         )
-    a = (math.exp(eps) + 1.0) / math.expm1(eps)
+    a = two_point_a(eps)
     return (hi + lo) / 2.0, (hi - lo) / (2.0 * a)
 
 

@@ -36,7 +36,7 @@ from torch import Tensor
 from ._validate import real
 
 __all__ = ["Guarantee", "Mechanism", "RandomizedResponse", "TwoPoint", "Laplace", "Piecewise", "Hybrid",
-           "Gaussian", "LdpSign", "MECHANISMS", "make_mechanism"]
+           "Gaussian", "LdpSign", "MECHANISMS", "make_mechanism", "two_point_a"]
 
 Param = Union[float, Tensor]
 
@@ -98,6 +98,19 @@ def _check_tensor(x: Any, name: str = "x") -> Tensor:
 def _check_finite(x: Tensor) -> None:
     if not bool(torch.isfinite(x).all()):
         raise ValueError("x contains NaN or inf; privatize() needs finite inputs")
+
+
+def _to_input_dtype(y: Tensor, dtype: torch.dtype, mech: Any) -> Tensor:
+    """Reports computed in float32 / float64, cast back to the input's dtype; a report that the
+    input's dtype cannot hold (float16 overflows beyond 65504) raises instead of turning into inf."""
+    if y.dtype == dtype:
+        return y
+    out = y.to(dtype)
+    if not bool(torch.isfinite(out).all()):
+        big = y.abs().max().item()
+        raise ValueError(f"{mech!r} produced reports up to |{big:.4g}|, which {dtype} cannot represent "
+                         f"(largest finite {torch.finfo(dtype).max:g}); pass x as float32 or float64")
+    return out
 
 
 def _as64(x: Any) -> Tensor:
@@ -225,7 +238,7 @@ class Mechanism:
         """
         w = self._clipped_input(x)
         u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
-        return self._sample(w, u).to(x.dtype)
+        return _to_input_dtype(self._sample(w, u), x.dtype, self)
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -305,6 +318,18 @@ class RandomizedResponse(Mechanism):
 
 
 # ---- 2. Duchi's two-point mechanism (LDP-FL) ------------------------------------------------------
+def two_point_a(epsilon: float) -> float:
+    """a = (e^ε + 1) / (e^ε - 1) = coth(ε/2) of LDP-FL Eq. (2), for any ε > 0 (float64).
+
+    Beyond ε = 700, e^ε overflows a double while a - 1 = 2 / (e^ε - 1) < 1e-303 is far below the
+    spacing of doubles near 1, so a is exactly 1.0 there.
+    """
+    eps = real(epsilon, "epsilon", positive=True)
+    if eps > 700.0:
+        return 1.0
+    return (math.exp(eps) + 1.0) / math.expm1(eps)
+
+
 class TwoPoint(Mechanism):
     """Duchi et al.'s one-dimensional mechanism on [c - r, c + r] = LDP-FL's perturbation.
 
@@ -326,7 +351,7 @@ class TwoPoint(Mechanism):
     def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0) -> None:
         super().__init__(epsilon=epsilon)
         self._set_range(center, radius)
-        self.a = (math.exp(self._epsilon) + 1.0) / math.expm1(self._epsilon)
+        self.a = two_point_a(self._epsilon)
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:
         """Reports from clipped inputs ``w`` and uniforms ``u`` (``w`` is overwritten)."""
@@ -440,10 +465,9 @@ class Piecewise(Mechanism):
     p / e^ε elsewhere on [-C, C]. Unbiased; Var[t* | t] = t² / (e^{ε/2} - 1) +
     (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)²) (Wang et al., Sec. III-B), times r² in output units.
 
-    Sampling: one uniform u per element through the inverse CDF of the piecewise-constant density,
-    t* = -C + h / p_low + g / p_high with g = clamp(u - A(t), 0, q), h = u - g,
-    A(t) = (1 - q)(1 + t) / 2 the mass left of l(t) and q = e^{ε/2} / (e^{ε/2} + 1) — i.e. the
-    inner interval and the two outer pieces (total length C + 1) are sampled from one draw.
+    Sampling: one uniform u per element through the inverse CDF of the piecewise-constant density
+    (:meth:`_sample`), piece by piece so that nothing cancels: reports stay unbiased and inside
+    [c - rC, c + rC] for any ε (tested up to ε = 1000 in float32 and float64).
     """
 
     name = "piecewise"
@@ -451,20 +475,39 @@ class Piecewise(Mechanism):
     def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0) -> None:
         super().__init__(epsilon=epsilon)
         self._set_range(center, radius)
-        eh, em1 = math.exp(self._epsilon / 2.0), math.expm1(self._epsilon / 2.0)
-        self.C = (eh + 1.0) / em1
-        self.q = 1.0 / (1.0 + math.exp(-self._epsilon / 2.0))  # e^{ε/2} / (e^{ε/2} + 1)
-        self.p_high = eh * em1 / (2.0 * (eh + 1.0))
-        self.p_low = em1 / (2.0 * eh * (eh + 1.0))
+        half = self._epsilon / 2.0
+        self.C = 1.0 / math.tanh(half / 2.0)  # (e^{ε/2} + 1) / (e^{ε/2} - 1), no overflow
+        self.q = 1.0 / (1.0 + math.exp(-half))  # e^{ε/2} / (e^{ε/2} + 1)
+        self.q_out = 1.0 / (1.0 + math.exp(half)) if half < 700.0 else 0.0  # 1 - q without cancellation
+        # Densities of t* (C - 1 = 2 / (e^{ε/2} - 1)): p_high = q / (C - 1) on [l, r], p_low = p_high e^{-ε}.
+        self.p_high = self.q * math.expm1(half) / 2.0 if half < 700.0 else math.inf
+        self.p_low = self.q_out / (self.C + 1.0)
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:
-        """Inverse CDF: reports from clipped inputs ``w`` and uniforms ``u`` (both overwritten)."""
+        """Inverse CDF, written piece by piece so no step cancels (stable up to ε = 1000 and beyond).
+
+        With t = (w - c) / r, A = (1 - q)(1 + t) / 2 the mass of [-C, l(t)) and q that of [l(t), r(t)]:
+        u < A -> left piece at fraction u / A of its length l + C; u < A + q -> inner interval at
+        fraction (u - A) / q of its length C - 1; otherwise the right piece at fraction
+        (u - A - q) / (1 - A - q) of its length C - r. Each fraction is clamped to [0, 1], so every
+        report lies in [-C, C] (times r, plus c) whatever the rounding. ``w`` and ``u`` are overwritten.
+        """
         c, r = self._range(w)
         t = w.sub_(c).div_(r)
-        mass_left = t.add_(1.0).mul_((1.0 - self.q) / 2.0)  # A(t)
-        g = torch.sub(u, mass_left).clamp_(0.0, self.q)  # mass drawn from [l(t), r(t)]
-        h = u.sub_(g)  # mass drawn from the outer pieces
-        t_star = h.div_(self.p_low).add_(g, alpha=1.0 / self.p_high).sub_(self.C)
+        C = self.C
+        left_mass = (t + 1.0).mul_(self.q_out / 2.0)  # A(t)
+        right_mass = (1.0 - t).mul_(self.q_out / 2.0)  # 1 - A(t) - q
+        l = t.mul_((C + 1.0) / 2.0).sub_((C - 1.0) / 2.0)  # l(t); t is not needed any more
+        rr = l + (C - 1.0)  # r(t)
+        in_left = u < left_mass
+        in_inner = u < left_mass + self.q
+        frac_left = (u / left_mass).clamp_(0.0, 1.0).nan_to_num_(0.0)
+        frac_inner = ((u - left_mass) / self.q).clamp_(0.0, 1.0)
+        frac_right = ((u - left_mass - self.q) / right_mass).clamp_(0.0, 1.0).nan_to_num_(0.0)
+        left_pt = frac_left.mul_(l + C).sub_(C)
+        inner_pt = frac_inner.mul_(C - 1.0).add_(l)
+        right_pt = frac_right.mul_(C - rr).add_(rr)
+        t_star = torch.where(in_left, left_pt, torch.where(in_inner, inner_pt, right_pt))
         return t_star.mul_(r).add_(c)
 
     def _t(self, x: Any) -> Tuple[Tensor, Param, Param]:
@@ -493,20 +536,24 @@ class Piecewise(Mechanism):
         l = (self.C + 1.0) / 2.0 * t - (self.C - 1.0) / 2.0
         inner = (z >= l) & (z <= l + self.C - 1.0)
         inside = (z >= -self.C) & (z <= self.C)
-        return (self.p_low * inside.double() + (self.p_high - self.p_low) * inner.double()) / r
+        zero = torch.zeros((), dtype=torch.float64)
+        return torch.where(inner, self.p_high, torch.where(inside, self.p_low, zero)) / r
 
     def cdf(self, y: Any, x: Any) -> Tensor:
         """P[Y <= y | x] (float64)."""
         t, c, r = self._t(x)
         z = torch.clamp((_as64(y) - c) / r, -self.C, self.C)
         l = (self.C + 1.0) / 2.0 * t - (self.C - 1.0) / 2.0
-        return self.p_low * (z + self.C) + (self.p_high - self.p_low) * torch.clamp(z - l, 0.0, self.C - 1.0)
+        width = self.C - 1.0  # of the inner interval; 0.0 in float64 beyond ε ≈ 75
+        in_inner = torch.clamp(z - l, 0.0, width)
+        frac_inner = torch.where(z >= l + width, 1.0, torch.where(z <= l, 0.0, in_inner / max(width, 1e-300)))
+        return self.p_low * (z + self.C - in_inner) + self.q * frac_inner
 
     def variance(self, x: Any) -> Tensor:
         """r² (t² / (e^{ε/2} - 1) + (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)²)) (Wang et al., Sec. III-B)."""
         t, c, r = self._t(x)
-        em1 = math.expm1(self._epsilon / 2.0)
-        v = (t * t / em1 + (em1 + 4.0) / (3.0 * em1 * em1)) * r * r
+        inv = 1.0 / math.expm1(self._epsilon / 2.0) if self._epsilon < 1400.0 else 0.0  # 1 / (e^{ε/2} - 1)
+        v = (t * t * inv + (inv + 4.0 * inv * inv) / 3.0) * r * r
         return v.expand(_broadcast_shape(t, c, r)).clone()
 
 
@@ -532,6 +579,7 @@ class Hybrid(Mechanism):
         super().__init__(epsilon=epsilon)
         self._set_range(center, radius)
         self.beta = -math.expm1(-self._epsilon / 2.0) if self._epsilon > HYBRID_EPSILON_STAR else 0.0
+        self.one_minus_beta = math.exp(-self._epsilon / 2.0) if self._epsilon > HYBRID_EPSILON_STAR else 1.0
         self.piecewise = Piecewise(epsilon=self._epsilon, center=self._center, radius=self._radius)
         self.two_point = TwoPoint(epsilon=self._epsilon, center=self._center, radius=self._radius)
 
@@ -541,14 +589,14 @@ class Hybrid(Mechanism):
             return self.two_point._sample(w, u)
         use_pm = u < self.beta
         pm = self.piecewise._sample(w.clone(), u / self.beta)
-        duchi = self.two_point._sample(w, u.sub_(self.beta).div_(1.0 - self.beta))
+        duchi = self.two_point._sample(w, u.sub_(self.beta).div_(self.one_minus_beta).clamp_(0.0, 1.0))
         return torch.where(use_pm, pm, duchi)
 
     def atoms(self, x: Any) -> Tuple[Tensor, Tensor]:
         """Point masses: (values, probs), shape ``x.shape + (2,)``; values (c - r a, c + r a),
         probs (1 - β)(1 - P_plus), (1 - β) P_plus (float64). Sum of probs = 1 - β."""
         v, p = self.two_point.output_distribution(x)
-        return v, (1.0 - self.beta) * p
+        return v, self.one_minus_beta * p
 
     def density(self, y: Any, x: Any) -> Tensor:
         """Density of the continuous part, β · f_PM(y | x) (integrates to β; float64)."""
@@ -566,7 +614,7 @@ class Hybrid(Mechanism):
 
     def variance(self, x: Any) -> Tensor:
         """β Var_PM(x) + (1 - β) Var_Duchi(x) (float64)."""
-        return self.beta * self.piecewise.variance(x) + (1.0 - self.beta) * self.two_point.variance(x)
+        return self.beta * self.piecewise.variance(x) + self.one_minus_beta * self.two_point.variance(x)
 
 
 # ---- 6. Gaussian (Wu et al. 2023, IID clients) ------------------------------------------------------
@@ -635,7 +683,7 @@ class Gaussian(Mechanism):
         """clip(x) + σ · N(0, 1), one standard normal per element from ``generator``."""
         w = self._clipped_input(x)
         noise = torch.randn(w.shape, generator=generator, dtype=w.dtype, device=w.device)
-        return w.add_(noise.mul_(self.sigma)).to(x.dtype)
+        return _to_input_dtype(w.add_(noise.mul_(self.sigma)), x.dtype, self)
 
     def variance(self, x: Any) -> Tensor:
         """σ² for every x (float64)."""

@@ -491,3 +491,67 @@ def test_unknown_mechanism_name():
 def test_non_tensor_x():
     with pytest.raises(TypeError):
         TwoPoint(epsilon=1.0).privatize([0.1, 0.2])
+
+
+# --------------------------------------------------------------------------------------------------
+# large epsilon and low-precision dtypes (robustness defects of the architecture issue)
+# --------------------------------------------------------------------------------------------------
+LARGE_EPS = [20.0, 35.0, 100.0, 700.0, 710.0, 1000.0]
+
+
+@pytest.mark.parametrize("cls", [TwoPoint, Piecewise, Hybrid])
+@pytest.mark.parametrize("eps", LARGE_EPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_epsilon_reports_stay_unbiased_and_inside_the_support(cls, eps, dtype):
+    """Before the fix Piecewise(ε=35) on zeros averaged -0.72, pinned to c - rC from ε ≈ 40 and gave NaN
+    at ε = 700; TwoPoint(ε=710) raised OverflowError. Tolerance: 4 standard errors (closed-form variance)
+    plus 8 ulps of the output scale, for the rounding of the input itself in float32."""
+    mech = cls(epsilon=eps, center=0.5, radius=2.0)
+    n = 100_000
+    for w in (-1.5, 0.0, 0.5, 1.7, 2.5):  # 2.5 is clipped to 2.5
+        x = torch.full((n,), w, dtype=dtype)
+        y = mech.privatize(x, generator(3, "large-eps", cls.__name__, str(eps), str(w)))
+        assert bool(torch.isfinite(y).all())
+        w64 = torch.tensor(w, dtype=torch.float64)
+        lo, hi = mech.support(w64) if hasattr(mech, "support") else mech.output_values(w64)
+        slack = 4 * torch.finfo(dtype).eps * 3.0
+        assert float(y.min()) >= float(lo) - slack and float(y.max()) <= float(hi) + slack
+        target = float(mech.clip(w64))
+        se = math.sqrt(float(mech.variance(w64)) / n)
+        assert abs(float(y.double().mean()) - target) <= 4 * se + 8 * torch.finfo(dtype).eps * 3.0, (w, se)
+
+
+@pytest.mark.parametrize("eps", LARGE_EPS)
+def test_large_epsilon_closed_forms_are_finite(eps):
+    for mech in (TwoPoint(epsilon=eps), Piecewise(epsilon=eps), Hybrid(epsilon=eps)):
+        x = torch.linspace(-1, 1, 5, dtype=torch.float64)
+        assert bool(torch.isfinite(mech.variance(x)).all())
+        assert bool((mech.variance(x) >= 0).all())
+    pm = Piecewise(epsilon=eps)
+    y = torch.linspace(-1.5, 1.5, 31, dtype=torch.float64)
+    cdf = pm.cdf(y, torch.tensor(0.25, dtype=torch.float64))
+    assert bool(torch.isfinite(cdf).all()) and bool((cdf[1:] >= cdf[:-1]).all())
+    assert float(cdf[0]) == 0.0 and abs(float(cdf[-1]) - 1.0) < 1e-12
+
+
+def test_piecewise_inverse_cdf_is_unchanged_at_moderate_epsilon():
+    """The piece-by-piece sampler is the same map u -> t* as the closed-form CDF: cdf(sample(u)) = u."""
+    pm = Piecewise(epsilon=2.0, center=0.0, radius=1.0)
+    u = torch.linspace(0.0005, 0.9995, 999, dtype=torch.float64)
+    for t in (-1.0, -0.3, 0.0, 0.8, 1.0):
+        y = pm._sample(torch.full_like(u, t), u.clone())
+        assert torch.allclose(pm.cdf(y, torch.tensor(t, dtype=torch.float64)), u, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reports_the_input_dtype_cannot_hold_raise(dtype):
+    """TwoPoint(ε=0.001, r=100) reports ±2e5: float16 used to return inf silently."""
+    mech = TwoPoint(epsilon=0.001, radius=100.0)
+    x = torch.zeros(10, dtype=dtype)
+    if dtype == torch.float16:
+        with pytest.raises(ValueError, match="cannot represent.*float32 or float64"):
+            mech.privatize(x, generator(0))
+    else:  # bfloat16 has float32's range: fine
+        assert bool(torch.isfinite(mech.privatize(x, generator(0))).all())
+    with pytest.raises(ValueError, match="cannot represent"):
+        Laplace(epsilon=1e-4, radius=100.0).privatize(torch.zeros(1000, dtype=torch.float16), generator(0))
