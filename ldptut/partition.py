@@ -52,6 +52,12 @@ def _check_n_clients(n_clients: int, n_samples: int) -> int:
 
 def _num_classes(labels: torch.Tensor, num_classes: Optional[int]) -> int:
     present = int(labels.max()) + 1 if labels.numel() else 0
+    if present > labels.numel():
+        distinct = int(torch.unique(labels).numel())
+        raise ValueError(
+            f"labels must be class indices 0..C-1: the largest label is {present - 1} but there are only "
+            f"{labels.numel()} samples ({distinct} distinct labels), so most of the {present} classes would be "
+            "empty; remap them first, e.g. labels = torch.unique(labels, return_inverse=True)[1]")
     if num_classes is None:
         return present
     if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
