@@ -33,6 +33,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
@@ -217,10 +218,37 @@ def _umask() -> int:
     return mask
 
 
+#: A temporary file of a cache write older than this is left over by a killed process (a conversion
+#: takes seconds to a minute), and is removed before the next write.
+STALE_TEMP_SECONDS = 15 * 60
+
+
+def _remove_stale_temps(dest: Path) -> None:
+    """Delete ``.<name>.*.tmp`` files next to ``dest`` left by a killed write (older than STALE_TEMP_SECONDS)."""
+    now = time.time()
+    for tmp in dest.parent.glob(f".{dest.name}.*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
+                tmp.unlink()
+                log.warning("removed %s, left over by an interrupted cache write", tmp)
+        except OSError:  # gone already (another process), or not ours to remove
+            pass
+
+
 def _atomic_write(dest: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file next to ``dest``, then rename it to ``dest``."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    """Call ``write(tmp)`` on a temporary file next to ``dest``, then rename it to ``dest``.
+
+    Stale temporary files of earlier, killed writes are removed first; a cache folder that cannot be
+    written raises :class:`DataError` saying which folder and how to choose another one.
+    """
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(dest)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as e:
+        raise DataError(f"cannot write the data cache file {dest} ({type(e).__name__}: {e}). Make "
+                        f"{dest.parent} writable, or set {ENV_ROOT} to a writable folder (the cache then lives "
+                        "there).") from e
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -568,8 +596,12 @@ def load_cifar10(*, root: Optional[PathLike] = None, device: DeviceLike = "cpu",
             # a user who ran torchvision's CIFAR10(root, download=True) already has the data
             if not (root_p / "cifar-10-batches-py").is_dir() or not from_torchvision(False):
                 return None
-        t = torch.load(cache, weights_only=True)
-        return t["x_train"], t["y_train"], t["x_test"], t["y_test"], (t["mean"].tolist(), t["std"].tolist())
+        try:
+            t = torch.load(cache, weights_only=True)
+            return t["x_train"], t["y_train"], t["x_test"], t["y_test"], (t["mean"].tolist(), t["std"].tolist())
+        except Exception as e:  # truncated (killed while copying) or foreign file: rebuild it
+            log.warning("ignoring unreadable cache file %s (%s: %s); it is rebuilt", cache, type(e).__name__, e)
+            return None
 
     def from_mirror(files: dict[str, Path]) -> None:
         xtr = np.concatenate([_decode_cifar_grid(files[f"cifar10/data_batch_{k}.png"]) for k in range(1, 6)])

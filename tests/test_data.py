@@ -438,3 +438,42 @@ def test_builtin_sums_match_mirror_sums():
     sums = D._read_sums(MIRROR)
     for rel, digest in D.MIRROR_SHA256.items():
         assert sums[rel] == digest, rel
+
+
+# ----------------------------------------------------------------------------- damaged or unwritable caches
+@needs_mirror
+def test_truncated_cifar_cache_is_rebuilt_and_stale_temp_files_removed(tmp_path, monkeypatch, caplog):
+    """A truncated cifar10_uint8_v1.pt (killed copy) used to raise a torch error forever, and a killed
+    conversion left a hidden temporary file of the cache's size behind."""
+    import logging
+    import os
+    import time
+
+    monkeypatch.setenv("LDPTUT_DATA_MIRROR", str(MIRROR))
+    folder = tmp_path / "cifar10"
+    folder.mkdir()
+    (folder / "cifar10_uint8_v1.pt").write_bytes(b"PK\x03\x04 truncated")
+    stale = folder / ".cifar10_uint8_v1.pt.abc123.tmp"
+    stale.write_bytes(b"\0" * 1000)
+    old = time.time() - 2 * D.STALE_TEMP_SECONDS
+    os.utime(stale, (old, old))
+    fresh = folder / ".cifar10_uint8_v1.pt.def456.tmp"  # another process may be writing it right now
+    fresh.write_bytes(b"\0")
+    with caplog.at_level(logging.WARNING, logger="ldptut.data"):
+        d = D.load_cifar10(root=tmp_path, download=False)
+    assert d.source == "mirror" and d.n_train == 50_000
+    assert "unreadable cache file" in caplog.text and "interrupted cache write" in caplog.text
+    assert not stale.exists() and fresh.exists()
+    assert D.load_cifar10(root=tmp_path, download=False).source == "cache"
+
+
+@needs_mirror
+def test_unwritable_cache_folder_says_which_folder_and_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("LDPTUT_DATA_MIRROR", str(MIRROR))
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(D.tempfile, "mkstemp", denied)
+    with pytest.raises(D.DataError, match=r"cannot write the data cache file .*adult.*writable.*LDPTUT_DATA_DIR"):
+        D.load_adult(root=tmp_path, download=False)
