@@ -1,9 +1,9 @@
-"""Shared argument checks: raise ValueError naming the parameter."""
+"""Shared argument checks: raise ValueError naming the parameter (the only home of these checks)."""
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -24,8 +24,36 @@ def real(v: Any, name: str, *, positive: bool = False, nonneg: bool = False) -> 
     return f
 
 
+def epsilon(v: Any, name: str = "epsilon") -> float:
+    """A privacy parameter ε: a finite real number > 0 (NaN, inf, 0, negatives, bools and strings raise)."""
+    return real(v, name, positive=True)
+
+
+def delta(v: Any, name: str = "delta") -> float:
+    """A privacy parameter δ in the open interval (0, 1)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (0 < float(v) < 1):
+        raise ValueError(f"{name} must be a real number in (0, 1), got {v!r}")
+    return float(v)
+
+
+def fraction(v: Any, name: str) -> float:
+    """A real number in (0, 1] (a fraction of clients, a sampling probability)."""
+    f = real(v, name)
+    if not 0 < f <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {v!r}")
+    return f
+
+
 def pos_int(v: Any, name: str) -> int:
     """``v`` as an int >= 1 (bools rejected)."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
     return int(v)
+
+
+def one_of(v: Any, name: str, choices: Iterable[Any]) -> Any:
+    """``v`` if it is one of ``choices``, else ValueError listing them."""
+    options = list(choices)
+    if v not in options:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in options)}; got {v!r}")
+    return v

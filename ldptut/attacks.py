@@ -25,15 +25,10 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ldptut.mechanisms import TwoPoint, two_point_a
+from ._validate import epsilon as _check_epsilon
+from .mechanisms import TwoPoint, two_point_a
 
 __all__ = ["recover_two_point_range", "client_range", "range_leak"]
-
-
-def _epsilon(epsilon: Any) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not math.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a finite real number > 0, got {epsilon!r}")
-    return float(epsilon)
 
 
 def _float_tensor(x: Any, name: str, *, min_last: int) -> Tensor:
@@ -71,7 +66,7 @@ def recover_two_point_range(reports: Tensor, epsilon: float, *, rtol: float = 1e
     the server learns only one endpoint c + r a or c - r a, not (c, r); more than two values mean
     the reports are not two-point outputs with one range.
     """
-    eps = _epsilon(epsilon)
+    eps = _check_epsilon(epsilon)
     if isinstance(rtol, bool) or not isinstance(rtol, numbers.Real) or not 0 <= rtol < 1:
         raise ValueError(f"rtol must be a real number in [0, 1), got {rtol!r}")
     y = _float_tensor(reports, "reports", min_last=2)
@@ -128,7 +123,7 @@ def range_leak(
     """
     import pandas as pd
 
-    eps = _epsilon(epsilon)
+    eps = _check_epsilon(epsilon)
     if not isinstance(weights_per_client, Tensor) or weights_per_client.ndim != 2:
         shape = tuple(weights_per_client.shape) if isinstance(weights_per_client, Tensor) else type(weights_per_client).__name__
         raise ValueError(f"weights_per_client must be a tensor of shape (m, k), got {shape}")

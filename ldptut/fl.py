@@ -1,22 +1,30 @@
-"""A federated-averaging simulator with pluggable client-side privatizers and server aggregation.
+"""The round engine: federated averaging with pluggable local training, privatizers and aggregation.
 
-One round (McMahan et al. 2017, FedAvg; LDP-FL, Sun et al. 2021, Algorithm 1):
+One round (McMahan et al. 2017, FedAvg; LDP-FL, Sun et al. 2021, Algorithm 1; Wu et al. 2023,
+Algorithms 1-2), in :func:`simulate`, the only round loop of the package:
 
-1. the server samples a fraction of the clients;
-2. each sampled client starts from the global model and trains locally (``local_epochs`` passes of
-   mini-batch SGD or Adam over its own data);
+1. the server samples a fraction of the clients (:func:`sample_clients`);
+2. each sampled client starts from the global model and trains locally -- a pluggable trainer of
+   :mod:`ldptut.training` (mini-batch SGD/Adam vectorised over clients, sequential, or scikit-learn's
+   per-sample SGD vectorised across runs); trainers may keep client state from round to round;
 3. each client flattens its weights (``send="weights"``) or its update ``local - global``
-   (``send="updates"``) into one vector of d scalars and applies the privatizer to it (per-layer
-   slices are available in :class:`ParamLayout` for layer-wise ranges);
-4. the server aggregates the m privatized vectors into the new global model and evaluates it.
+   (``send="updates"``) into one vector of d scalars and applies the run's privatizer to it (per-layer
+   slices are in :class:`ParamLayout` for layer-wise ranges);
+4. the server aggregates the m privatized vectors into the new global model (an aggregator returns the
+   vector and its metrics, e.g. how many clients it used) and evaluates it on the test set.
 
-Local training follows FedJAX's init / step / final split and is vectorised across clients with
-``torch.func`` (``functional_call`` + ``vmap`` over stacked parameters). A sequential path with
-``torch.optim`` is kept for checking: both consume the same batch schedule and the same generators,
-so they agree up to float rounding.
+:func:`simulate` trains a batch of :class:`Run` s at once (one run, or a whole grid of privacy profiles
+and seeds that share data, model and trainer). The round's :class:`RoundContext` hands privatizers and
+aggregators their random streams: one generator per client, one for the server, and a common one per
+client pair (:meth:`RoundContext.pair_generator`). Every draw comes from :mod:`ldptut.rng`, keyed by
+(seed, round, client or pair, purpose), so a run is identical whatever the execution order or path.
 
-Randomness: every draw comes from :func:`ldptut.rng.generator` keyed by (seed, round, client,
-purpose), so a run is identical whatever the execution order or path.
+Privacy accounting: a privatizer that states its guarantee (``guarantee(context)``, one per client,
+per coordinate) has it composed over the d coordinates and over the rounds each client took part in
+(:class:`ldptut.accounting.Guarantee`); the history records, per round, the largest ε a client spent
+in that round (``epsilon_round``) and in total so far (``epsilon_total``), per model, with ``delta``.
+
+:func:`run_fedavg` is the convenience wrapper for one run with keyword arguments.
 """
 from __future__ import annotations
 
@@ -24,21 +32,24 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad, vmap
 
-from ._validate import pos_int
-from .rng import generator
+from ._validate import fraction, one_of, pos_int, real
+from .accounting import Guarantee
+from .rng import client_generator, generator, pair_generator, round_generator
+from .runconfig import config_value
+from .training import LocalSGD, OptimizerSpec, Trainer, batch_schedule
 
 __all__ = [
-    "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange",
-    "LocalPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS", "make_aggregator",
-    "batch_schedule", "sample_clients", "evaluate", "run_fedavg", "train_centralised", "FLResult",
+    "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange", "RANGE_RULES",
+    "LocalPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS",
+    "make_aggregator", "sample_clients", "evaluate", "load_vector", "Run", "FLConfig", "FLResult", "simulate",
+    "run_fedavg", "train_centralised",
 ]
 
 
@@ -88,30 +99,51 @@ class ParamLayout:
 # ------------------------------------------------------------------------------ privatize/aggregate
 @dataclass
 class RoundContext:
-    """What a privatizer or aggregator may look at in one round (all public to the server)."""
+    """What a privatizer or aggregator may look at in one round of one run (all public to the server),
+    and the random streams it may draw from."""
 
     round: int
     client_ids: torch.Tensor
     layout: ParamLayout
     global_vector: torch.Tensor
-    generators: list[torch.Generator]
+    generators: list[torch.Generator]  # row i: client client_ids[i]'s "privatize" stream
     send: str
     num_samples: torch.Tensor  # samples per sampled client, float
     server_generator: torch.Generator | None = None
+    seed: int = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.global_vector.device
+
+    def client_generator(self, client: int, purpose: str) -> torch.Generator:
+        """Another stream of one client in this round (``purpose`` names it)."""
+        return client_generator(self.seed, self.round, client, purpose, device=self.device)
+
+    def pair_generator(self, a: int, b: int, purpose: str = "shared") -> torch.Generator:
+        """The common randomness of clients ``a`` and ``b`` in this round (same stream for (a, b) and (b, a))."""
+        return pair_generator(self.seed, self.round, a, b, purpose, device=self.device)
 
 
 class Privatizer(Protocol):
-    """Client-side randomizer applied to each sampled client's flattened vector (row i uses generators[i])."""
+    """Client-side randomizer applied to each sampled client's flattened vector (row i uses generators[i]).
+
+    It returns a tensor of the payloads' shape and dtype. It may also define ``guarantee(context)``: one
+    :class:`~ldptut.accounting.Guarantee` per row, per coordinate (None for a client it does not protect),
+    which the engine composes and records.
+    """
 
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor: ...
 
 
 class Aggregator(Protocol):
-    """Server rule mapping the (m, d) privatized payloads to one d-vector."""
+    """Server rule mapping the (m, d) privatized payloads to one d-vector and a dict of metrics
+    (``clients_used``: how many clients it averaged, when not all)."""
 
-    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor: ...
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]: ...
 
 
+@config_value("fixed")
 @dataclass(frozen=True)
 class FixedRange:
     """A public range [center - radius, center + radius] for every coordinate (e.g. LDP-FL's (0, 0.075))."""
@@ -120,15 +152,14 @@ class FixedRange:
     radius: float = 1.0
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.center):
-            raise ValueError(f"center must be finite, got {self.center}")
-        if not (math.isfinite(self.radius) and self.radius > 0):
-            raise ValueError(f"radius must be finite and > 0, got {self.radius}")
+        object.__setattr__(self, "center", real(self.center, "center"))
+        object.__setattr__(self, "radius", real(self.radius, "radius", positive=True))
 
     def __call__(self, context: RoundContext) -> tuple[float, float]:
         return self.center, self.radius
 
 
+@config_value("adaptive")
 @dataclass(frozen=True)
 class GlobalModelRange:
     """Per-layer range computed by the server from the current global model only (public data).
@@ -142,10 +173,8 @@ class GlobalModelRange:
     min_radius: float = 1e-6
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.margin) and self.margin > 0):
-            raise ValueError(f"margin must be finite and > 0, got {self.margin}")
-        if not (math.isfinite(self.min_radius) and self.min_radius > 0):
-            raise ValueError(f"min_radius must be finite and > 0, got {self.min_radius}")
+        object.__setattr__(self, "margin", real(self.margin, "margin", positive=True))
+        object.__setattr__(self, "min_radius", real(self.min_radius, "min_radius", positive=True))
 
     def __call__(self, context: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
         g = context.global_vector
@@ -160,12 +189,16 @@ class GlobalModelRange:
         return torch.stack(centers)[idx], torch.stack(radii)[idx]
 
 
+#: The range rules by name ("fixed": a public constant range, "adaptive": from the global model).
+RANGE_RULES = {"fixed": FixedRange, "adaptive": GlobalModelRange}
+
+
 class LocalPerturbation:
     """Clip each client's vector to a range and perturb every coordinate with an LDP mechanism.
 
     ``mechanism`` is a class from :mod:`ldptut.mechanisms` taking ``epsilon``, ``center``, ``radius``
-    (e.g. ``TwoPoint``, ``Piecewise``, ``Laplace``). The guarantee is ``epsilon`` per coordinate per
-    round; a vector of d coordinates composes to d * epsilon per round (see :mod:`ldptut.privacy`).
+    (e.g. ``TwoPoint``, ``Piecewise``, ``Laplace``). :meth:`guarantee` is the mechanism's, ``epsilon``
+    per coordinate per round; the engine composes it over the d coordinates and the rounds.
     """
 
     def __init__(self, *, mechanism: type, epsilon: float, range: Callable[[RoundContext], tuple] = FixedRange(),
@@ -175,7 +208,7 @@ class LocalPerturbation:
         self.range = range
         self.mechanism_kwargs = mechanism_kwargs
         # Validate epsilon and kwargs now, with a unit range, so a bad parameter fails before training.
-        mechanism(epsilon=epsilon, center=0.0, radius=1.0, **mechanism_kwargs)
+        self._unit = mechanism(epsilon=epsilon, center=0.0, radius=1.0, **mechanism_kwargs)
 
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
         center, radius = self.range(context)
@@ -184,6 +217,10 @@ class LocalPerturbation:
         for i, g in enumerate(context.generators):  # one vectorised call per client (its own generator)
             out[i] = mech.privatize(payloads[i], generator=g)
         return out
+
+    def guarantee(self, context: RoundContext) -> list[Guarantee]:
+        """The mechanism's guarantee (per coordinate per round) for every sampled client."""
+        return [self._unit.guarantee] * len(context.client_ids)
 
     def __repr__(self) -> str:
         return f"LocalPerturbation({self.mechanism.__name__}, epsilon={self.epsilon}, range={self.range})"
@@ -207,19 +244,23 @@ class RecordPayloads:
         self.sent = out.detach().clone()
         return out
 
+    def guarantee(self, context: RoundContext) -> Optional[list]:
+        inner = getattr(self.privatizer, "guarantee", None)
+        return None if inner is None else inner(context)
+
     def __repr__(self) -> str:
         return f"RecordPayloads({self.privatizer!r})"
 
 
-def mean_aggregator(payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+def mean_aggregator(payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
     """Arithmetic mean of the clients' vectors (LDP-FL Algorithm 1, line "average")."""
-    return payloads.mean(dim=0)
+    return payloads.mean(dim=0), {}
 
 
-def weighted_mean_aggregator(payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+def weighted_mean_aggregator(payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
     """FedAvg's mean weighted by the clients' sample counts n_i / sum n_j (McMahan et al. 2017)."""
     w = context.num_samples.to(payloads.dtype)
-    return (w / w.sum()) @ payloads
+    return (w / w.sum()) @ payloads, {}
 
 
 AGGREGATORS: dict[str, Aggregator] = {"mean": mean_aggregator, "weighted_mean": weighted_mean_aggregator}
@@ -240,166 +281,8 @@ def sample_clients(n_clients: int, fraction: float, *, seed: int, round: int,
     m = max(1, math.floor(fraction * n_clients + 0.5))  # round half up
     if m >= n_clients:
         return torch.arange(n_clients, device=device)
-    g = generator(seed, "round", round, "client-sampling")
+    g = round_generator(seed, round, "client-sampling")
     return torch.randperm(n_clients, generator=g)[:m].sort().values.to(device)
-
-
-def batch_schedule(n: int, *, epochs: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-    """Local indices of each mini-batch, shape (epochs * ceil(n / B), B), padded with -1.
-
-    Each epoch is a fresh permutation of the client's n samples; the last batch of an epoch may be short.
-    """
-    steps = math.ceil(n / batch_size)
-    out = torch.full((epochs * steps, batch_size), -1, dtype=torch.long)
-    for e in range(epochs):
-        perm = torch.randperm(n, generator=generator)
-        block = torch.full((steps * batch_size,), -1, dtype=torch.long)
-        block[:n] = perm
-        out[e * steps:(e + 1) * steps] = block.view(steps, batch_size)
-    return out
-
-
-# ------------------------------------------------------------------------------------ optimisers
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """SGD or Adam with torch.optim's exact update rules (L2 ``weight_decay`` added to the gradient)."""
-
-    name: str = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-
-    def __post_init__(self) -> None:
-        if self.name not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.name!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be finite and > 0, got {self.lr}")
-        if not (0 <= self.momentum < 1):
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if not (self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-
-    def torch_optimizer(self, params) -> torch.optim.Optimizer:
-        if self.name == "sgd":
-            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
-        return torch.optim.Adam(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
-
-
-def _client_init(params: dict[str, torch.Tensor], m: int, opt: OptimizerSpec) -> dict:
-    """FedJAX-style init: m copies of the global parameters and zeroed optimiser state."""
-    state = {"params": {k: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim())) for k, v in params.items()},
-             "step": torch.zeros(m, dtype=torch.float64, device=next(iter(params.values())).device)}
-    if opt.name == "adam":
-        state["m1"] = {k: torch.zeros_like(v) for k, v in state["params"].items()}
-        state["m2"] = {k: torch.zeros_like(v) for k, v in state["params"].items()}
-    elif opt.momentum > 0:
-        state["buf"] = {k: torch.zeros_like(v) for k, v in state["params"].items()}
-    return state
-
-
-def _client_step(state: dict, grads: dict[str, torch.Tensor], active: torch.Tensor, opt: OptimizerSpec) -> None:
-    """FedJAX-style step, vectorised over the m clients; clients with ``active == False`` are unchanged.
-
-    Updates the state tensors in place (they belong to this round's clients only). When every client
-    is active (equal shard sizes, the usual case) no masking pass is made.
-    """
-    all_active = bool(active.all())
-    state["step"] += active.to(state["step"].dtype)
-    step = state["step"]
-    for k, p in state["params"].items():
-        shape = (-1,) + (1,) * (p.dim() - 1)
-        a = active.view(shape)
-        g = grads[k]
-        if opt.weight_decay:
-            g = g.add_(p, alpha=opt.weight_decay)
-        if opt.name == "sgd" and opt.momentum == 0:
-            if not all_active:
-                g = g.mul_(a)  # a zero gradient leaves an inactive client's weights unchanged
-            p.add_(g, alpha=-opt.lr)
-        elif opt.name == "sgd":
-            buf = state["buf"][k]
-            first = (step == 1).view(shape)
-            new_buf = torch.where(first, g, opt.momentum * buf + g)
-            if not all_active:
-                new_buf = torch.where(a, new_buf, buf)
-            state["buf"][k] = new_buf
-            p.add_(new_buf if all_active else new_buf * a, alpha=-opt.lr)
-        else:
-            b1, b2 = opt.betas
-            m1 = state["m1"][k].mul(b1).add_(g, alpha=1 - b1)
-            m2 = state["m2"][k].mul(b2).addcmul_(g, g, value=1 - b2)
-            if not all_active:
-                m1, m2 = torch.where(a, m1, state["m1"][k]), torch.where(a, m2, state["m2"][k])
-            state["m1"][k], state["m2"][k] = m1, m2
-            t = step.clamp(min=1).view(shape)  # float64, as torch.optim computes the bias corrections
-            bc1 = (1 - b1 ** t).to(p.dtype)
-            bc2_sqrt = torch.sqrt(1 - b2 ** t).to(p.dtype)
-            delta = (opt.lr / bc1) * m1 / (m2.sqrt() / bc2_sqrt + opt.eps)
-            p.sub_(delta if all_active else delta * a)
-
-
-def _client_final(state: dict, layout: ParamLayout) -> torch.Tensor:
-    """FedJAX-style final: the (m, d) matrix of trained weights."""
-    return layout.flatten(state["params"], batch_dims=1)
-
-
-def _train_vectorised(model: nn.Module, global_params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                      schedules: list[torch.Tensor], client_index: list[torch.Tensor], opt: OptimizerSpec,
-                      layout: ParamLayout) -> torch.Tensor:
-    m = len(schedules)
-    device = x.device
-    buffers = {k: v for k, v in model.named_buffers()}
-    steps = max(s.shape[0] for s in schedules)
-    bsz = schedules[0].shape[1]
-    # (m, S, B) global sample indices and masks; padded batches/steps are masked out.
-    local = torch.full((m, steps, bsz), -1, dtype=torch.long)
-    for i, s in enumerate(schedules):
-        local[i, : s.shape[0]] = s
-    mask = local >= 0
-    glob = torch.zeros_like(local)
-    for i, idx in enumerate(client_index):
-        glob[i][mask[i]] = idx.cpu()[local[i][mask[i]]]
-    glob, mask = glob.to(device), mask.to(device)
-    active_steps = mask.any(dim=2)
-
-    def loss_fn(params, xb, yb, wb):
-        out = functional_call(model, (params, buffers), (xb,))
-        losses = F.cross_entropy(out, yb, reduction="none")
-        return (losses * wb).sum() / wb.sum().clamp(min=1.0)
-
-    grad_fn = vmap(grad(loss_fn))
-    state = _client_init(global_params, m, opt)
-    for s in range(steps):
-        idx = glob[:, s]
-        wb = mask[:, s].to(x.dtype)
-        grads = grad_fn(state["params"], x[idx], y[idx], wb)
-        _client_step(state, grads, active_steps[:, s], opt)
-    return _client_final(state, layout)
-
-
-def _train_sequential(model: nn.Module, global_params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                      schedules: list[torch.Tensor], client_index: list[torch.Tensor], opt: OptimizerSpec,
-                      layout: ParamLayout, channels_last: bool = True) -> torch.Tensor:
-    rows = []
-    # Image batches in channels-last layout: CNN2's local step is about 1.5x faster on CPU this way
-    # (benchmarks/bench_fl.py, row d); the weights are the same numbers in another memory order.
-    fmt = torch.channels_last if channels_last and x.dim() == 4 else torch.contiguous_format
-    for sched, idx in zip(schedules, client_index):
-        local_model = copy.deepcopy(model).to(memory_format=fmt)
-        with torch.no_grad():
-            for k, p in local_model.named_parameters():
-                p.copy_(global_params[k])
-        optim = opt.torch_optimizer(local_model.parameters())
-        idx = idx.to(x.device)
-        for batch in sched:
-            b = idx[batch[batch >= 0].to(x.device)]
-            optim.zero_grad(set_to_none=True)
-            F.cross_entropy(local_model(x[b].contiguous(memory_format=fmt)), y[b]).backward()
-            optim.step()
-        rows.append(layout.flatten(dict(local_model.named_parameters())).detach())
-    return torch.stack(rows)
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -418,19 +301,272 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: 
     return correct / n, loss / n
 
 
+@torch.no_grad()
+def load_vector(model: nn.Module, layout: ParamLayout, vector: torch.Tensor) -> nn.Module:
+    """Copy the flattened weights ``vector`` into ``model``'s parameters (in place); returns the model."""
+    for (k, p), v in zip(model.named_parameters(), layout.unflatten(vector).values()):
+        p.copy_(v)
+    return model
+
+
 # ------------------------------------------------------------------------------------ simulation
 @dataclass
+class Run:
+    """One run of a batch trained by :func:`simulate`: what differs between runs trained together.
+
+    ``partition``: one index tensor into ``x_train`` per client. ``initial``: the starting global vector
+    (default: the model's weights). ``info``: labels copied into every history row of the run.
+    """
+
+    seed: int
+    partition: Sequence[torch.Tensor]
+    privatizer: Optional[Privatizer] = None
+    aggregator: str | Aggregator = "weighted_mean"
+    initial: Optional[torch.Tensor] = None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FLConfig:
+    """The round loop's settings (shared by every run of a batch).
+
+    ``divergence_factor``: training stops with ``FloatingPointError`` when a run's test loss has risen
+    three rounds in a row to more than this factor times its smallest value so far (``None``: never), or
+    when the loss or the weights stop being finite.
+    """
+
+    rounds: int
+    trainer: Trainer = LocalSGD()
+    client_fraction: float = 1.0
+    send: str = "weights"
+    device: str | torch.device = "cpu"
+    eval_batch_size: int = 4096
+    divergence_factor: Optional[float] = 1e3
+    progress: bool = True
+    desc: str = "FL rounds"
+
+    def __post_init__(self) -> None:
+        pos_int(self.rounds, "rounds")
+        fraction(self.client_fraction, "client_fraction")
+        one_of(self.send, "send", ("weights", "updates"))
+        pos_int(self.eval_batch_size, "eval_batch_size")
+        if self.divergence_factor is not None and real(self.divergence_factor, "divergence_factor") <= 1:
+            raise ValueError(f"divergence_factor must be > 1 or None, got {self.divergence_factor}")
+
+
+@dataclass
 class FLResult:
-    """History (one row per round: accuracy in [0, 1], loss, seconds) and the final global model."""
+    """History (one row per run and round: accuracy in [0, 1], loss, clients, seconds, ε spent) and the
+    final global models (``weights``: (runs, d)). ``model``: the final global model of the first run.
+    ``guarantees``: per run, the total guarantee of the client that spent the most (None: no privatizer
+    or one that states none)."""
 
     history: pd.DataFrame
-    model: nn.Module
+    weights: torch.Tensor
     layout: ParamLayout
-    config: dict = field(default_factory=dict)
+    model: nn.Module
+    guarantees: list[Optional[Guarantee]] = field(default_factory=list)
 
     @property
     def final_accuracy(self) -> float:
         return float(self.history["accuracy"].iloc[-1])
+
+    def final(self) -> pd.DataFrame:
+        """The last round of every run."""
+        return self.history[self.history["round"] == self.history["round"].max()].reset_index(drop=True)
+
+
+def _check_labels(y: torch.Tensor, name: str, k: int) -> None:
+    if y.dtype.is_floating_point or y.dtype == torch.bool or y.dtype.is_complex:
+        raise ValueError(f"{name} must hold integer class labels, got dtype {y.dtype}")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= k):
+        bad = int(y.min()) if int(y.min()) < 0 else int(y.max())
+        raise ValueError(f"{name} holds label {bad}, outside 0..{k - 1} (the model outputs {k} classes)")
+
+
+def _check_inputs(model: nn.Module, runs: Sequence[Run], x_train: torch.Tensor, y_train: torch.Tensor,
+                  x_test: torch.Tensor, y_test: torch.Tensor) -> None:
+    """Everything that would otherwise fail late (after a round of training) or silently, named."""
+    if not runs:
+        raise ValueError("runs must hold at least one Run")
+    for name, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            raise TypeError(f"x_{name} and y_{name} must be tensors")
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"x_{name} has {x.shape[0]} samples but y_{name} has {y.shape[0]} labels")
+    if x_test.shape[0] == 0:
+        raise ValueError("x_test is empty: the global model is evaluated on the test set after every round")
+    try:
+        with torch.no_grad():
+            k = model(x_test[:1]).shape[-1]
+    except Exception as e:
+        raise ValueError(f"the model cannot take the data's samples (x_test[:1] has shape {tuple(x_test[:1].shape)}): "
+                         f"{type(e).__name__}: {e}") from e
+    _check_labels(y_train, "y_train", k)
+    _check_labels(y_test, "y_test", k)
+    n = x_train.shape[0]
+    n_clients = len(runs[0].partition)
+    for a, run in enumerate(runs):
+        where = f"run {a}: " if len(runs) > 1 else ""
+        if isinstance(run.seed, bool) or not isinstance(run.seed, int) or run.seed < 0:
+            raise ValueError(f"{where}seed must be a non-negative integer, got {run.seed!r}")
+        if len(run.partition) < 1:
+            raise ValueError(f"{where}partition must hold at least one client")
+        if len(run.partition) != n_clients:
+            raise ValueError(f"{where}every run of a batch needs the same number of clients ({n_clients}), "
+                             f"got {len(run.partition)}")
+        for i, p in enumerate(run.partition):
+            if not isinstance(p, torch.Tensor) or p.dim() != 1 or p.dtype.is_floating_point or p.dtype == torch.bool:
+                raise ValueError(f"{where}partition[{i}] must be a 1-D integer tensor of sample indices")
+            if p.numel() == 0:
+                raise ValueError(f"{where}partition[{i}] has no samples; every client needs at least one")
+            lo, hi = int(p.min()), int(p.max())
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"{where}partition[{i}] holds sample index {bad}, outside 0..{n - 1} of x_train "
+                                 "(negative indices would wrap around silently)")
+        if run.initial is not None and run.initial.shape != (ParamLayout.from_model(model).numel,):
+            raise ValueError(f"{where}initial must be a vector of the model's {ParamLayout.from_model(model).numel} "
+                             f"weights, got shape {tuple(run.initial.shape)}")
+
+
+def _privatize(privatizer: Privatizer, payloads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+    out = privatizer(payloads, context=ctx)
+    if not isinstance(out, torch.Tensor) or out.shape != payloads.shape or out.dtype != payloads.dtype \
+            or out.device != payloads.device:
+        got = f"shape {tuple(out.shape)}, {out.dtype} on {out.device}" if isinstance(out, torch.Tensor) else repr(out)
+        raise ValueError(f"privatizer {privatizer!r} returned {got}; it must return the payloads' shape "
+                         f"{tuple(payloads.shape)}, dtype {payloads.dtype} and device {payloads.device}")
+    return out
+
+
+def _aggregate(aggregator: Aggregator, payloads: torch.Tensor, ctx: RoundContext) -> tuple[torch.Tensor, dict]:
+    result = aggregator(payloads, context=ctx)
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.Tensor)
+            and isinstance(result[1], dict)):
+        raise TypeError(f"aggregator {aggregator!r} must return (vector, metrics dict), got {type(result).__name__}")
+    vec, metrics = result
+    if vec.shape != payloads.shape[1:]:
+        raise ValueError(f"aggregator {aggregator!r} returned shape {tuple(vec.shape)}, not ({payloads.shape[1]},)")
+    return vec, metrics
+
+
+class _Accountant:
+    """Per-client totals of one run's guarantees, composed over d coordinates and rounds."""
+
+    def __init__(self, d: int):
+        self.d = d
+        self.totals: dict[int, Guarantee] = {}
+        self.unprotected = False
+
+    def add(self, privatizer: Optional[Privatizer], ctx: RoundContext) -> Optional[Guarantee]:
+        """Account one round; returns the largest per-round guarantee of a client (None: not stated)."""
+        stated = getattr(privatizer, "guarantee", None)
+        per_row = None if stated is None else stated(ctx)
+        if per_row is None or any(g is None for g in per_row):
+            self.unprotected = True
+            return None
+        worst = None
+        cache: dict[Guarantee, Guarantee] = {}
+        for cid, g in zip(ctx.client_ids.tolist(), per_row):
+            if g not in cache:
+                cache[g] = g.compose(d=self.d)
+            per_round = cache[g]
+            self.totals[cid] = per_round if cid not in self.totals else self.totals[cid] + per_round
+            if worst is None or per_round.epsilon > worst.epsilon:
+                worst = per_round
+        return worst
+
+    def worst_total(self) -> Optional[Guarantee]:
+        if self.unprotected or not self.totals:
+            return None
+        return max(self.totals.values(), key=lambda g: (g.epsilon, g.delta))
+
+
+def _diverged(losses: list[float], factor: Optional[float]) -> bool:
+    if factor is None or len(losses) < 4:
+        return False
+    a, b, c, d = losses[-4:]
+    return a < b < c < d and d > factor * min(losses)
+
+
+def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train: torch.Tensor,
+             y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor) -> FLResult:
+    """Train every run of ``runs`` for ``config.rounds`` rounds (see the module docstring) and evaluate each
+    round's global models on (x_test, y_test).
+
+    ``model`` gives the architecture (and the initial weights of runs without ``initial``); it is copied,
+    not modified. Inputs are checked before any training (shapes, labels, partition indices); a privatizer
+    or aggregator returning the wrong shape or type, and a diverging run, raise with the round and names.
+    History columns: run, round, accuracy (in [0, 1]), loss (mean cross-entropy), clients (sampled),
+    clients_used (aggregated), epsilon_round / epsilon_total / delta (when the privatizer states its
+    guarantee), train_seconds and seconds (per run: the batch's time divided by the number of runs), and
+    the run's ``info``.
+    """
+    from tqdm import tqdm  # plain text bar: works in terminals and notebooks without ipywidgets
+
+    device = torch.device(config.device)
+    model = copy.deepcopy(model).to(device)
+    x_train, y_train = x_train.to(device), y_train.to(device)
+    x_test, y_test = x_test.to(device), y_test.to(device)
+    _check_inputs(model, runs, x_train, y_train, x_test, y_test)
+    layout = ParamLayout.from_model(model)
+    init = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
+    glob = torch.stack([init if r.initial is None else r.initial.to(device=device, dtype=init.dtype) for r in runs])
+    n_clients = len(runs[0].partition)
+    aggregators = [make_aggregator(r.aggregator) for r in runs]
+    sizes = [torch.tensor([len(p) for p in r.partition], dtype=torch.float32) for r in runs]
+    accountants = [_Accountant(layout.numel) for _ in runs]
+    losses: list[list[float]] = [[] for _ in runs]
+    session = config.trainer.start(model=model, layout=layout, runs=runs, x_train=x_train, y_train=y_train)
+    lr = getattr(config.trainer, "lr", None)
+    rows = []
+    bar = tqdm(range(1, config.rounds + 1), desc=config.desc, disable=not config.progress, leave=False, mininterval=2.0)
+    for r in bar:
+        t0 = time.perf_counter()
+        ids = [sample_clients(n_clients, config.client_fraction, seed=run.seed, round=r) for run in runs]
+        trained = session.train(round=r, global_vectors=glob, client_ids=ids)
+        new, stats = [], []
+        for a, run in enumerate(runs):
+            payloads = trained[a] - glob[a] if config.send == "updates" else trained[a]
+            cids = ids[a].to(device)
+            ctx = RoundContext(
+                round=r, client_ids=cids, layout=layout, global_vector=glob[a],
+                generators=[client_generator(run.seed, r, i, "privatize", device=device) for i in ids[a].tolist()],
+                send=config.send, num_samples=sizes[a][ids[a]].to(device),
+                server_generator=round_generator(run.seed, r, "server", device=device), seed=run.seed)
+            if run.privatizer is not None:
+                payloads = _privatize(run.privatizer, payloads, ctx)
+            spent = accountants[a].add(run.privatizer, ctx)
+            vec, metrics = _aggregate(aggregators[a], payloads, ctx)
+            new.append(glob[a] + vec if config.send == "updates" else vec)
+            stats.append((len(cids), metrics, spent))
+        glob = torch.stack(new).detach()
+        train_s = time.perf_counter() - t0
+        for a, run in enumerate(runs):
+            if not torch.isfinite(glob[a]).all():
+                raise FloatingPointError(f"round {r}{f', run {a}' if len(runs) > 1 else ''}: the global model has "
+                                         f"non-finite weights" + (f" (learning rate {lr:g} too large?)" if lr else ""))
+            acc, loss = evaluate(load_vector(model, layout, glob[a]), x_test, y_test, batch_size=config.eval_batch_size)
+            losses[a].append(loss)
+            if not math.isfinite(loss) or _diverged(losses[a], config.divergence_factor):
+                raise FloatingPointError(
+                    f"round {r}{f', run {a}' if len(runs) > 1 else ''}: training diverges, the test loss rose to "
+                    f"{loss:.3g} from {min(losses[a]):.3g}" + (f" (learning rate {lr:g} too large?)" if lr else ""))
+            m, metrics, spent = stats[a]
+            row = {"run": a, "round": r, "accuracy": acc, "loss": loss, "clients": m,
+                   "clients_used": int(metrics.get("clients_used", m))}
+            if spent is not None:
+                total = accountants[a].worst_total()
+                row.update(epsilon_round=spent.epsilon, epsilon_total=total.epsilon, delta=total.delta)
+            rows.append({**row, **{k: v for k, v in metrics.items() if k != "clients_used"}, **dict(run.info)})
+        seconds = time.perf_counter() - t0
+        for row in rows[-len(runs):]:
+            row.update(train_seconds=train_s / len(runs), seconds=seconds / len(runs))
+        bar.set_postfix(acc=f"{rows[-1]['accuracy']:.3f}", refresh=False)
+    load_vector(model, layout, glob[0])
+    return FLResult(history=pd.DataFrame(rows), weights=glob, layout=layout, model=model,
+                    guarantees=[acc.worst_total() for acc in accountants])
 
 
 def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor, partition: Sequence[torch.Tensor],
@@ -440,88 +576,16 @@ def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor
                privatizer: Privatizer | None = None, aggregator: str | Aggregator = "weighted_mean",
                seed: int = 0, device: str | torch.device = "cpu", vectorize: bool | str = "auto",
                client_chunk: int | None = None, progress: bool = True, desc: str = "FL rounds") -> FLResult:
-    """Simulate ``rounds`` rounds of FedAvg with optional local perturbation; see the module docstring.
-
-    ``model`` gives the architecture and the initial global weights (it is copied, not modified).
-    ``partition`` is a list of index tensors into ``x_train`` (one per client). ``client_chunk``
-    bounds how many clients are trained at once on the vectorised path (memory).
-    ``vectorize="auto"`` uses the vmap path for models without convolutions and the sequential path
-    otherwise: on CPU, vmap turns a convolution with per-client weights into a grouped convolution that
-    we measured several times slower than looping over clients (benchmarks/bench_fl.py).
-    """
-    pos_int(rounds, "rounds")
-    pos_int(local_epochs, "local_epochs")
-    pos_int(batch_size, "batch_size")
-    if not (0 < client_fraction <= 1) or math.isnan(client_fraction):
-        raise ValueError(f"client_fraction must be in (0, 1], got {client_fraction}")
-    if send not in ("weights", "updates"):
-        raise ValueError(f"send must be 'weights' or 'updates', got {send!r}")
-    if len(partition) < 1:
-        raise ValueError("partition must hold at least one client")
-    if any(len(p) == 0 for p in partition):
-        raise ValueError("partition has a client with no samples; every client needs at least one")
-    opt = OptimizerSpec(name=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    agg = make_aggregator(aggregator)
-    device = torch.device(device)
-    if vectorize == "auto":
-        has_conv = any(isinstance(mod, nn.modules.conv._ConvNd) for mod in model.modules())
-        has_buffers = any(b.numel() for b in model.buffers())
-        vectorize = not has_buffers and (device.type != "cpu" or not has_conv)
-    elif not isinstance(vectorize, bool):
-        raise ValueError(f"vectorize must be True, False or 'auto', got {vectorize!r}")
-    if any(b.numel() for b in model.buffers()) and vectorize:
-        raise ValueError("the model has buffers (e.g. BatchNorm running stats); use vectorize=False")
-
-    model = copy.deepcopy(model).to(device)
-    x_train, y_train = x_train.to(device), y_train.to(device)
-    x_test, y_test = x_test.to(device), y_test.to(device)
-    layout = ParamLayout.from_model(model)
-    global_vec = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
-    n_clients = len(partition)
-    sizes = torch.tensor([len(p) for p in partition], dtype=torch.float32)
-    train = _train_vectorised if vectorize else _train_sequential
-    chunk = client_chunk or n_clients
-
-    rows = []
-    from tqdm import tqdm  # plain text bar: works in terminals and notebooks without ipywidgets
-
-    bar = tqdm(range(1, rounds + 1), desc=desc, disable=not progress, leave=False, mininterval=2.0)
-    for r in bar:
-        t0 = time.perf_counter()
-        ids = sample_clients(n_clients, client_fraction, seed=seed, round=r)
-        global_params = layout.unflatten(global_vec)
-        schedules = [batch_schedule(len(partition[i]), epochs=local_epochs, batch_size=batch_size,
-                                    generator=generator(seed, "round", r, "client", int(i), "batches"))
-                     for i in ids.tolist()]
-        index = [partition[i] for i in ids.tolist()]
-        trained = torch.cat([train(model, global_params, x_train, y_train, schedules[j:j + chunk], index[j:j + chunk],
-                                   opt, layout) for j in range(0, len(ids), chunk)])
-        payloads = trained - global_vec if send == "updates" else trained
-        ctx = RoundContext(
-            round=r, client_ids=ids, layout=layout, global_vector=global_vec,
-            generators=[generator(seed, "round", r, "client", int(i), "privatize", device=device)
-                        for i in ids.tolist()],
-            send=send, num_samples=sizes[ids].to(device),
-            server_generator=generator(seed, "round", r, "server", device=device))
-        if privatizer is not None:
-            payloads = privatizer(payloads, context=ctx)
-        aggregate = agg(payloads, context=ctx)
-        global_vec = (global_vec + aggregate if send == "updates" else aggregate).detach()
-        if not torch.isfinite(global_vec).all():
-            raise FloatingPointError(f"round {r}: the global model has non-finite weights (lr={lr} too large?)")
-        new_params = layout.unflatten(global_vec)
-        with torch.no_grad():
-            for k, p in model.named_parameters():
-                p.copy_(new_params[k])
-        train_s = time.perf_counter() - t0
-        acc, loss = evaluate(model, x_test, y_test)
-        rows.append({"round": r, "accuracy": acc, "loss": loss, "clients": len(ids),
-                     "train_seconds": train_s, "seconds": time.perf_counter() - t0})
-        bar.set_postfix(acc=f"{acc:.3f}", refresh=False)
-    config = dict(rounds=rounds, client_fraction=client_fraction, local_epochs=local_epochs, batch_size=batch_size,
-                  optimizer=optimizer, lr=lr, send=send, privatizer=repr(privatizer), seed=seed,
-                  n_clients=n_clients, d=layout.numel)
-    return FLResult(history=pd.DataFrame(rows), model=model, layout=layout, config=config)
+    """One run of :func:`simulate` with FedAvg's local mini-batch training (:class:`ldptut.training.LocalSGD`),
+    from keyword arguments; the history has no ``run`` column. ``model`` is copied, not modified."""
+    trainer = LocalSGD(local_epochs=local_epochs, batch_size=batch_size, vectorize=vectorize, client_chunk=client_chunk,
+                       optimizer=OptimizerSpec(name=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay))
+    config = FLConfig(rounds=rounds, trainer=trainer, client_fraction=client_fraction, send=send, device=device,
+                      progress=progress, desc=desc)
+    run = Run(seed=seed, partition=partition, privatizer=privatizer, aggregator=aggregator)
+    res = simulate(config, [run], model=model, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    res.history = res.history.drop(columns="run")
+    return res
 
 
 def train_centralised(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor, epochs: int = 1,

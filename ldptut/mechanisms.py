@@ -11,10 +11,10 @@ Every mechanism is a small class in the style of Opacus / OpenDP:
   (:class:`RandomizedResponse`, :class:`TwoPoint`) and ``density(y, x)`` / ``cdf(y, x)`` /
   ``support(x)`` for the continuous ones (:class:`Laplace`, :class:`Piecewise`; :class:`Hybrid` is a
   mixture of a continuous part and two point masses, see its docstring);
-* :attr:`~Mechanism.guarantee` states what is protected: ε (δ = 0; (ε, δ) for :class:`Gaussian`)
-  for **one scalar report**. A
-  client that reports d coordinates per round, for T rounds, composes to d·T·ε (see
-  :mod:`ldptut.privacy`).
+* :attr:`~Mechanism.guarantee` states what is protected, as an :class:`ldptut.accounting.Guarantee`:
+  ε (δ = 0; (ε, δ) for :class:`Gaussian`) **per coordinate per round** (one scalar report). A
+  client that reports d coordinates per round, for T rounds, composes to
+  ``guarantee.compose(d=d, rounds=T)`` (d·T·ε for the pure mechanisms).
 
 Inputs outside the declared range ``[center - radius, center + radius]`` are clipped first; the
 guarantee is about the clipped value. The guarantee is that of the ideal real-valued mechanism:
@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from ._validate import real
+from ._validate import delta as _delta, real
+from .accounting import PER_COORDINATE, Guarantee, gaussian_epsilon, gaussian_sigma
 
-__all__ = ["Guarantee", "Mechanism", "RandomizedResponse", "TwoPoint", "Laplace", "Piecewise", "Hybrid",
+__all__ = ["Mechanism", "RandomizedResponse", "TwoPoint", "Laplace", "Piecewise", "Hybrid",
            "Gaussian", "LdpSign", "MECHANISMS", "make_mechanism", "two_point_a"]
 
 Param = Union[float, Tensor]
@@ -43,21 +43,6 @@ Param = Union[float, Tensor]
 #: Threshold of the Hybrid Mechanism (Wang et al., ICDE 2019, Sec. III-C): for ε <= ε* ≈ 0.61 HM is
 #: Duchi's mechanism alone.
 HYBRID_EPSILON_STAR = 0.61
-
-
-@dataclass(frozen=True)
-class Guarantee:
-    """What a mechanism promises: (ε, δ)-LDP for the stated unit of data.
-
-    ``str(Guarantee(1.0))`` -> ``"ε = 1 (δ = 0) per coordinate (one scalar report)"``.
-    """
-
-    epsilon: float
-    delta: float = 0.0
-    unit: str = "per coordinate (one scalar report)"
-
-    def __str__(self) -> str:
-        return f"ε = {self.epsilon:g} (δ = {self.delta:g}) {self.unit}"
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -618,19 +603,13 @@ class Hybrid(Mechanism):
 
 
 # ---- 6. Gaussian (Wu et al. 2023, IID clients) ------------------------------------------------------
-def _delta(delta: Any) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (0 < float(delta) < 1):
-        raise ValueError(f"delta must be a real number in (0, 1), got {delta!r}")
-    return float(delta)
-
-
 class Gaussian(Mechanism):
     """Clip to [c - r, c + r] and add N(0, σ²) noise: the Gaussian mechanism, (ε, δ)-LDP per coordinate.
 
     Dwork, Kenthapadi, McSherry, Mironov, Naor, Eurocrypt 2006; used by Wu, Xu, Zhu (Appl. Sci. 2023,
     Section 3.1) for IID clients. The sensitivity of one clipped coordinate is Δ = 2r (any two
     inputs). ``Gaussian(epsilon=, delta=)`` calibrates σ exactly (Balle & Wang, ICML 2018, Thm 8:
-    :func:`ldptut.privacy.gaussian_sigma`); :meth:`with_sigma` takes a given σ (e.g. a paper's
+    :func:`ldptut.accounting.gaussian_sigma`); :meth:`with_sigma` takes a given σ (e.g. a paper's
     formula) and computes the exact ε it gives for ``delta``. Either way :attr:`guarantee` is the
     exact (ε, δ) **per coordinate per report**, never pure ε-LDP (δ > 0). Unbiased for the clipped
     input, variance σ².
@@ -644,15 +623,11 @@ class Gaussian(Mechanism):
         self._set_range(center, radius)
         if isinstance(self._radius, Tensor):
             raise ValueError("Gaussian needs a scalar radius (σ is calibrated for one sensitivity 2r)")
-        from .privacy import gaussian_sigma
-
         self.sigma = gaussian_sigma(self._epsilon, self._delta, 2.0 * self._radius)
 
     @classmethod
     def with_sigma(cls, *, sigma: float, delta: float, center: float = 0.0, radius: float = 1.0) -> "Gaussian":
         """The mechanism with noise std ``sigma``; its ε is the exact one for ``delta`` and Δ = 2r."""
-        from .privacy import gaussian_epsilon
-
         sig = _as_param(sigma, "sigma", positive=True)
         rad = _as_param(radius, "radius", positive=True)
         if isinstance(sig, Tensor) or isinstance(rad, Tensor):
@@ -671,8 +646,8 @@ class Gaussian(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        """Exact (ε, δ) for one report of one clipped coordinate (Δ = 2r, noise σ)."""
-        return Guarantee(epsilon=self._epsilon, delta=self._delta)
+        """Exact (ε, δ) for one report of one clipped coordinate (Δ = 2r, noise σ; μ = 2r/σ composes exactly)."""
+        return Guarantee(epsilon=self._epsilon, delta=self._delta, mu=2.0 * self._radius / self.sigma)
 
     def __repr__(self) -> str:
         center = f"{self._center:g}" if isinstance(self._center, float) else f"tensor{tuple(self._center.shape)}"
@@ -732,7 +707,7 @@ class LdpSign(Mechanism):
         if isinstance(sens, Tensor) or isinstance(rad, Tensor):
             raise ValueError("LdpSign needs scalar l2_sensitivity and radius")
         self.sigma = sens * math.sqrt(2.0 * math.log(1.25 / dl)) / eps
-        self.calibration = Guarantee(epsilon=eps, delta=dl, unit="per coordinate, as calibrated by the paper")
+        self.calibration = Guarantee(epsilon=eps, delta=dl, unit=PER_COORDINATE, note="as calibrated by the paper")
         self.l2_sensitivity = sens
         from scipy.special import log_ndtr
 

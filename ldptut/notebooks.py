@@ -7,21 +7,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import platform
 import sys
 from pathlib import Path
 
-import torch
+from .provenance import machine_summary
 
-__all__ = ["mark_paper_run", "machine_summary"]
-
-
-def machine_summary() -> str:
-    """One line naming the machine a run happened on (CPU count, torch version, device)."""
-    import os
-
-    return (f"{platform.machine()} with {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-            f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}")
+__all__ = ["mark_paper_run"]
 
 
 def mark_paper_run(notebook: str | Path, params: str | Path) -> None:

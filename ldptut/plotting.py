@@ -13,7 +13,7 @@ def plot_moments(tables: Mapping[str, pd.DataFrame], *, bound: Mapping[str, floa
                  xlabel: str = "input w", unit: str = ""):
     """Two panels per mechanism table: empirical mean vs input (ideal: the diagonal) and empirical
     variance vs the closed form (and the paper's bound if given). ``tables`` maps a label
-    (e.g. "ε = 1 per coordinate") to the output of :func:`ldptut.checks.empirical_moments`."""
+    (e.g. "ε = 1 per coordinate") to the output of :func:`ldptut.audits.empirical_moments`."""
     fig, (ax_m, ax_v) = plt.subplots(1, 2, figsize=(11, 4))
     for i, (label, df) in enumerate(tables.items()):
         color = f"C{i}"

@@ -1,4 +1,4 @@
-"""Seeded randomness: one independent generator per (seed, round, client, purpose).
+"""Seeded randomness: one independent generator per (seed, round, client or pair, purpose).
 
 Every random draw in the simulator comes from a generator derived here, so the numbers depend only
 on the seed and the key, never on execution order or on whether clients run vectorised.
@@ -43,3 +43,26 @@ def generator(seed: int, *keys: Key, device: Union[str, torch.device] = "cpu") -
     g = torch.Generator(device=device)
     g.manual_seed(derive_seed(seed, *keys))
     return g
+
+
+# ---- the simulator's named streams (the keys are part of every stored run's numbers: never change them)
+def round_generator(seed: int, round: int, purpose: str, *, device: Union[str, torch.device] = "cpu"
+                    ) -> torch.Generator:
+    """A stream of the server in one round, e.g. ``purpose="client-sampling"`` or ``"server"`` (its own draws)."""
+    return generator(seed, "round", round, purpose, device=device)
+
+
+def client_generator(seed: int, round: int, client: int, purpose: str, *,
+                     device: Union[str, torch.device] = "cpu") -> torch.Generator:
+    """Client ``client``'s own stream in one round: ``"batches"``, ``"sample"``, ``"privatize"``, ..."""
+    return generator(seed, "round", round, "client", int(client), purpose, device=device)
+
+
+def pair_generator(seed: int, round: int, a: int, b: int, purpose: str = "shared", *,
+                   device: Union[str, torch.device] = "cpu") -> torch.Generator:
+    """Common randomness of the client pair {a, b} in one round (the same stream for (a, b) and (b, a)):
+    what two clients that share a seed, such as CorBin-FL's correlated pairs, both can draw."""
+    lo, hi = sorted((int(a), int(b)))
+    if lo == hi:
+        raise ValueError(f"a pair needs two different clients, got {a} and {b}")
+    return generator(seed, "round", round, "pair", lo, hi, purpose, device=device)

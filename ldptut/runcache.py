@@ -1,157 +1,211 @@
-"""On-disk record of finished training runs, so a long paper-scale notebook can be resumed.
+"""On-disk records of finished training runs, keyed by their typed configuration.
 
 A paper-scale chapter run is dozens of full FL trainings (hours on 2 CPU cores). With a cache
-directory, every finished run is written as one small JSON file (its configuration, the per-round
-history, and provenance: package commit, date, machine, seconds); re-executing the notebook with
-the same directory loads finished runs instead of training them again, so an interrupted
-``make reproduce`` continues where it stopped and repetitions (more seeds) can be added later.
+directory, every finished run is written as one small JSON record: its :class:`~ldptut.runconfig.RunConfig`,
+the per-round history, and provenance (code commit, date, device, torch version, wall seconds;
+:func:`ldptut.provenance.provenance`). Re-executing a notebook with the same directory loads finished
+runs instead of training them again, so an interrupted ``make reproduce`` continues where it stopped and
+repetitions (more seeds) can be added later.
 
-The key is the SHA-256 of the configuration (canonical JSON): any changed setting is a new run.
-Runs are deterministic given their configuration (seeded generators), so a loaded run has the
-numbers a fresh run of the same code would give; the provenance says which code that was, and the
-notebooks print it next to the results.
+Records are written to a temporary file of their own and renamed into place, so two processes that
+train the same configuration both finish with one valid record, and an interrupted write never leaves
+a half record under a key. A record that cannot be read (corrupted, or of the old format 1) raises
+:class:`RunCacheError` naming the file and what to do; it is never skipped silently.
+
+``LDPTUT_RUNS_LOAD_ONLY=1`` (or ``RunCache(..., train=False)``) makes a missing run an error instead of
+a training: re-rendering a paper-scale page from stored runs can then never start hours of training.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import json
-import math
-import subprocess
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
-__all__ = ["CachedRun", "RunCache", "config_key", "load_records", "load_runs", "package_commit"]
+from .provenance import provenance as _provenance
+from .runconfig import RunConfig, config_from_dict
 
-FORMAT = 1
+__all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table",
+           "LOAD_ONLY_ENV"]
 
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """SHA-256 (first 16 hex digits) of the canonical JSON of ``config`` (sorted keys, no spaces)."""
-    text = json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        raise ValueError("a run configuration may not contain NaN (it would never match itself)")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise TypeError(f"run configuration values must be JSON scalars, lists or dicts; got {type(value).__name__}")
+#: Record format. 1: configuration dicts of the first chapters (migrated by scripts/migrate_runcache_v1.py);
+#: 2: typed RunConfig, provenance with device and torch version.
+FORMAT = 2
+LOAD_ONLY_ENV = "LDPTUT_RUNS_LOAD_ONLY"
 
 
-def package_commit() -> str:
-    """The git commit of the ldptut source tree ('<sha>' or '<sha>-dirty'), or 'unknown' outside git."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ldptut"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return sha + ("-dirty" if dirty else "")
+class RunCacheError(RuntimeError):
+    """A stored record that cannot be used: corrupted, of another format, or holding another configuration."""
 
 
 @dataclass
-class CachedRun:
-    """A finished run: per-round ``history`` (accuracy in [0, 1]), its configuration and provenance."""
+class RunRecord:
+    """A finished run: its configuration, per-round ``history`` (accuracy in [0, 1]) and provenance."""
 
+    config: RunConfig
     history: pd.DataFrame
-    config: dict
     provenance: dict = field(default_factory=dict)
-    loaded: bool = False  # True when read from the cache, False when trained in this process
+    loaded: bool = False  # True when read from disk, False when trained in this process
+    path: Optional[Path] = None
 
     @property
     def final_accuracy(self) -> float:
         return float(self.history["accuracy"].iloc[-1])
 
 
-def _read_record(path: Path) -> dict:
-    """The run record stored at ``path``; anything else (another format, no history) is an error."""
-    doc = json.loads(path.read_text())
-    if doc.get("format") != FORMAT or "config" not in doc or not doc.get("history"):
-        raise ValueError(f"{path} is not a run record of format {FORMAT}; delete or move the file")
-    return doc
+def _read_record(path: Path) -> RunRecord:
+    """The run record stored at ``path``; anything else is a :class:`RunCacheError` naming the file."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunCacheError(f"{path} is not a readable run record ({type(e).__name__}: {e}); it is corrupted "
+                            "(an interrupted copy?): restore it from git (git checkout -- <file>) or delete it "
+                            "to train the run again") from e
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        hint = (" Migrate it with `python scripts/migrate_runcache_v1.py <directory>`." if found == 1 else
+                " Delete or move the file.")
+        raise RunCacheError(f"{path} is a run record of format {found!r}, not {FORMAT}.{hint}")
+    try:
+        config = config_from_dict(doc["config"])
+        history = pd.DataFrame(doc["history"])
+        prov = dict(doc["provenance"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise RunCacheError(f"{path} is a damaged run record ({type(e).__name__}: {e}); restore it from git or "
+                            "delete it to train the run again") from e
+    if history.empty or "accuracy" not in history:
+        raise RunCacheError(f"{path} holds no per-round history; restore it from git or delete it")
+    if doc.get("key") != path.stem or config.key() != path.stem:
+        raise RunCacheError(f"{path}: its configuration has key {config.key()}, not the file name's {path.stem}; "
+                            "the file was renamed or edited by hand: delete it to train the run again")
+    return RunRecord(config=config, history=history, provenance=prov, loaded=True, path=path)
+
+
+def _write_record(path: Path, record: RunRecord) -> None:
+    """Write ``record`` to a temporary file of this writer's own, then rename it to ``path`` (atomic)."""
+    doc = {"format": FORMAT, "key": path.stem, "config": record.config.to_dict(), "provenance": record.provenance,
+           "history": record.history.to_dict(orient="records")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 class RunCache:
-    """Directory of finished runs (``<key>.json``); ``directory=None`` disables caching (always train)."""
+    """Directory of finished runs (``<key>.json``).
 
-    def __init__(self, directory: str | Path | None):
+    ``directory=None`` keeps runs in memory only (a run asked for twice in one session is trained once).
+    ``train=False`` (or the environment variable ``LDPTUT_RUNS_LOAD_ONLY=1``) raises for a run that is not
+    stored instead of training it.
+    """
+
+    def __init__(self, directory: str | Path | None, *, train: Optional[bool] = None):
         self.directory = None if directory is None else Path(directory)
+        self.train = (os.environ.get(LOAD_ONLY_ENV, "") not in ("1", "true", "yes")) if train is None else train
+        self._memory: dict[str, RunRecord] = {}
 
-    def path(self, config: Mapping[str, Any]) -> Path | None:
-        return None if self.directory is None else self.directory / f"{config_key(config)}.json"
+    def path(self, config: RunConfig) -> Optional[Path]:
+        return None if self.directory is None else self.directory / f"{config.key()}.json"
 
-    def load(self, config: Mapping[str, Any]) -> CachedRun | None:
-        """The cached run for ``config``, or None. A file whose stored configuration differs is an error."""
+    def load(self, config: RunConfig) -> Optional[RunRecord]:
+        """The stored run of ``config``, or None when there is none."""
+        if not isinstance(config, RunConfig):
+            raise TypeError(f"the run cache is keyed by RunConfig objects, got {type(config).__name__}")
+        key = config.key()
+        if key in self._memory:
+            return self._memory[key]
         path = self.path(config)
         if path is None or not path.exists():
             return None
-        doc = _read_record(path)
-        if doc["config"] != _canonical(config):
-            raise ValueError(f"{path} does not hold this configuration; delete the file to re-run it")
-        return CachedRun(history=pd.DataFrame(doc["history"]), config=doc["config"],
-                         provenance=doc["provenance"], loaded=True)
+        record = _read_record(path)
+        if record.config != config:  # pragma: no cover - a SHA-256 collision
+            raise RunCacheError(f"{path} holds {record.config}, not {config}")
+        self._memory[key] = record
+        return record
 
-    def run(self, config: Mapping[str, Any], train: Callable[[], Any]) -> CachedRun:
-        """Load the run for ``config`` or call ``train()`` (returning an object with ``.history``) and store it."""
-        cached = self.load(config)
-        if cached is not None:
-            return cached
-        t0 = time.perf_counter()
-        result = train()
-        from .notebooks import machine_summary
-
-        provenance = {"commit": package_commit(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                      "machine": machine_summary(), "seconds": round(time.perf_counter() - t0, 1)}
-        run = CachedRun(history=result.history.reset_index(drop=True), config=dict(config), provenance=provenance)
+    def store(self, config: RunConfig, history: pd.DataFrame, provenance: Mapping[str, Any]) -> RunRecord:
+        """Keep a finished run (on disk when the cache has a directory)."""
+        record = RunRecord(config=config, history=history.reset_index(drop=True), provenance=dict(provenance))
         path = self.path(config)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            doc = {"format": FORMAT, "key": path.stem, "config": _canonical(config), "provenance": provenance,
-                   "history": run.history.to_dict(orient="records")}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc, indent=1) + "\n")
-            tmp.replace(path)  # atomic: an interrupted write never leaves a half file under the key
-        return run
+            _write_record(path, record)
+            record.path = path
+        self._memory[config.key()] = record
+        return record
+
+    def run_many(self, configs: Sequence[RunConfig], train: Callable[[list[RunConfig]], list[pd.DataFrame]], *,
+                 device: Any = "cpu") -> list[RunRecord]:
+        """Records of ``configs``: the stored ones loaded, the others trained together by ``train(missing)``
+        (one history per config) and stored, each with provenance (its share of the wall time and how many
+        runs were trained together)."""
+        records: dict[int, RunRecord] = {}
+        missing = []
+        for i, c in enumerate(configs):
+            rec = self.load(c)
+            if rec is None:
+                missing.append(i)
+            else:
+                records[i] = rec
+        if missing:
+            todo = [configs[i] for i in missing]
+            if not self.train:
+                where = self.directory if self.directory is not None else "memory"
+                raise RunCacheError(f"{len(todo)} run(s) are not stored in {where} and training is off "
+                                    f"({LOAD_ONLY_ENV}=1 or train=False); the first: {todo[0]}")
+            t0 = time.perf_counter()
+            histories = train(todo)
+            seconds = time.perf_counter() - t0
+            if len(histories) != len(todo):
+                raise ValueError(f"train returned {len(histories)} histories for {len(todo)} configurations")
+            for i, c, h in zip(missing, todo, histories):
+                prov = _provenance(device=device, seconds=seconds / len(todo))
+                if len(todo) > 1:
+                    prov["trained_together"] = len(todo)
+                records[i] = self.store(c, h, prov)
+        return [records[i] for i in range(len(configs))]
+
+    def run(self, config: RunConfig, train: Callable[[], pd.DataFrame], *, device: Any = "cpu") -> RunRecord:
+        """Load the run of ``config`` or call ``train()`` (returning its history) and store it."""
+        return self.run_many([config], lambda todo: [train()], device=device)[0]
 
 
-def load_records(directory: str | Path) -> list[CachedRun]:
-    """Every run stored in ``directory`` (file-name order), with its whole history. A file that is not
-    a run record of this format is an error, not skipped; so is a missing directory."""
+def load_records(directory: str | Path) -> list[RunRecord]:
+    """Every run stored in ``directory`` (file-name order). A file that is not a run record of this
+    format is an error naming it, not skipped; so is a missing directory."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"run cache directory {directory} does not exist")
-    out = []
-    for path in sorted(directory.glob("*.json")):
-        doc = _read_record(path)
-        out.append(CachedRun(history=pd.DataFrame(doc["history"]), config=doc["config"],
-                             provenance={**doc.get("provenance", {}), "key": path.stem}, loaded=True))
-    return out
+    return [_read_record(p) for p in sorted(directory.glob("*.json"))]
+
+
+def records_table(records: Iterable[RunRecord]) -> pd.DataFrame:
+    """One row per run: its configuration's fields (``range`` as the rule's name), the ``config`` object
+    itself, ``accuracy`` (final test accuracy in %), provenance (commit, date, device, torch, seconds),
+    ``source`` ("stored" or "trained"), ``key`` and ``cache`` (the record's directory)."""
+    rows = []
+    for rec in records:
+        fields = rec.config.to_dict()
+        flat = {k: (v.get("rule") if isinstance(v, dict) else v) for k, v in fields.items()}
+        prov = rec.provenance
+        rows.append({**flat, "config": rec.config, "accuracy": 100 * rec.final_accuracy,
+                     "commit": prov.get("commit"), "date": prov.get("date"), "device": prov.get("device"),
+                     "torch": prov.get("torch"), "seconds": prov.get("seconds"),
+                     "source": "stored" if rec.loaded else "trained", "key": rec.config.key(),
+                     "cache": rec.path.parent.as_posix() if rec.path is not None else None})
+    return pd.DataFrame(rows)
 
 
 def load_runs(*directories: str | Path) -> pd.DataFrame:
-    """Every run stored in ``directories``: one row per run with its configuration, final accuracy (%) and provenance.
-
-    Columns: the configuration's keys, ``accuracy`` (final test accuracy in %), ``commit``, ``date``,
-    ``seconds`` (training time), ``key`` (file name) and ``cache`` (its directory). A file that is not
-    a run record of this format is an error, not skipped.
-    """
-    rows = []
-    for directory in directories:
-        for rec in load_records(directory):
-            prov = rec.provenance
-            rows.append({**rec.config, "accuracy": 100 * rec.final_accuracy, "commit": prov.get("commit"),
-                         "date": prov.get("date"), "seconds": prov.get("seconds"), "key": prov["key"],
-                         "cache": Path(directory).as_posix()})
-    return pd.DataFrame(rows)
+    """Every run stored in ``directories`` as :func:`records_table` rows."""
+    return records_table(rec for d in directories for rec in load_records(d))

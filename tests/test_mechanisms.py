@@ -21,7 +21,7 @@ from ldptut.mechanisms import (
     TwoPoint,
     make_mechanism,
 )
-from ldptut.privacy import exact_ldp_audit, histogram_ratio_exact, monte_carlo_audit
+from ldptut.audits import exact_ldp_audit, histogram_ratio_exact, monte_carlo_audit
 from ldptut.rng import generator
 
 N = 100_000  # samples per input point
@@ -390,7 +390,7 @@ def test_closed_forms():
 def test_guarantee():
     g = TwoPoint(epsilon=1.0).guarantee
     assert g == Guarantee(epsilon=1.0, delta=0.0)
-    assert str(g) == "ε = 1 (δ = 0) per coordinate (one scalar report)"
+    assert str(g) == "ε = 1 (δ = 0) per coordinate per round"
     with pytest.raises(Exception):
         g.epsilon = 2.0  # frozen
 

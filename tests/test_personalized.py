@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ldptut import fl, models, partition, privacy
+from ldptut import accounting, audits, fl, models, partition
 from ldptut import personalized as P
 from ldptut.mechanisms import Gaussian, LdpSign
 from ldptut.rng import generator
@@ -17,35 +17,11 @@ from ldptut.rng import generator
 N = 200_000
 
 
-# ------------------------------------------------------------------------------ Gaussian accounting
-def test_gaussian_delta_matches_numerical_privacy_loss():
-    """δ(ε) = ∫ max(0, f_0(y) - e^ε f_Δ(y)) dy, integrated numerically, for two inputs Δ apart."""
-    for sigma, delta_in, eps in [(1.0, 1.0, 0.5), (3.0, 2.0, 1.0), (0.7, 1.0, 2.0)]:
-        y = torch.linspace(-12 * sigma - 5, 12 * sigma + 5, 400_001, dtype=torch.float64)
-        f0 = torch.exp(-0.5 * (y / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
-        f1 = torch.exp(-0.5 * ((y - delta_in) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
-        numeric = torch.trapezoid(torch.clamp(f0 - math.exp(eps) * f1, min=0), y).item()
-        assert privacy.gaussian_delta(eps, delta_in / sigma) == pytest.approx(numeric, rel=1e-6, abs=1e-12)
-
-
-def test_gaussian_calibration_round_trip():
-    # Balle & Wang (2018), Table/Fig.: ε = 1, δ = 1e-5, Δ = 1 -> σ ≈ 3.73 (classical bound: 4.84)
-    s = privacy.gaussian_sigma(1.0, 1e-5, 1.0)
-    assert s == pytest.approx(3.7306, abs=1e-3)
-    assert privacy.gaussian_epsilon(1e-5, 1.0 / s) == pytest.approx(1.0, rel=1e-8)
-    assert privacy.gaussian_delta(1.0, 1.0 / s) == pytest.approx(1e-5, rel=1e-6)
-    assert privacy.compose_gaussian([3.0, 4.0]) == pytest.approx(5.0)
-    with pytest.raises(ValueError, match="delta"):
-        privacy.gaussian_sigma(1.0, 0.0, 1.0)
-    with pytest.raises(ValueError, match="epsilon"):
-        privacy.gaussian_sigma(float("nan"), 1e-5, 1.0)
-
-
 # ------------------------------------------------------------------------------ mechanisms
 @pytest.mark.parametrize("eps,delta,radius", [(1.0, 1e-5, 1.0), (4.0, 1e-3, 0.5)])
 def test_gaussian_mechanism_moments_and_law(eps, delta, radius):
     mech = Gaussian(epsilon=eps, delta=delta, radius=radius)
-    assert mech.sigma == pytest.approx(privacy.gaussian_sigma(eps, delta, 2 * radius))
+    assert mech.sigma == pytest.approx(accounting.gaussian_sigma(eps, delta, 2 * radius))
     assert mech.guarantee.epsilon == eps and mech.guarantee.delta == delta
     x = torch.tensor([-2 * radius, -radius / 2, 0.0, radius])  # the first is clipped
     y = mech.privatize(x.expand(N, 4).contiguous().double(), generator(1, "gauss"))
@@ -87,7 +63,7 @@ def test_ldpsign_law_and_exact_epsilon(eps, delta, sens, radius):
     assert bool(((y.mean(0) - mech.mean(x)).abs() <= 5 * torch.sqrt(mech.variance(x) / N)).all())
     assert torch.allclose(mech.variance(x), 1 - mech.mean(x) ** 2)
     # exact LDP: the output is binary, so the loss is pure and maximal between the range ends
-    audit = privacy.exact_ldp_audit(mech, torch.linspace(-radius, radius, 41))
+    audit = audits.exact_ldp_audit(mech, torch.linspace(-radius, radius, 41))
     assert audit.passed
     assert audit.epsilon_observed == pytest.approx(mech.guarantee.epsilon, rel=1e-9)
     expected = math.log(0.5 * math.erfc(-radius / mech.sigma / math.sqrt(2)) / (0.5 * math.erfc(radius / mech.sigma / math.sqrt(2))))
@@ -98,7 +74,7 @@ def test_ldpsign_law_and_exact_epsilon(eps, delta, sens, radius):
 def test_ldpsign_audit_catches_a_wrong_claim():
     mech = LdpSign(epsilon=5.0, delta=1e-5, l2_sensitivity=8.0, radius=4.0)
     mech._epsilon = 0.5 * mech.guarantee.epsilon  # claim half the true loss
-    assert not privacy.exact_ldp_audit(mech, torch.linspace(-4, 4, 11)).passed
+    assert not audits.exact_ldp_audit(mech, torch.linspace(-4, 4, 11)).passed
 
 
 # ------------------------------------------------------------------------------ paper's σ_i

@@ -1,4 +1,4 @@
-"""Tests for ldptut.privacy: composition arithmetic and the exact / Monte-Carlo audits."""
+"""Tests for ldptut.audits: the exact and Monte-Carlo audits of the privacy loss."""
 from __future__ import annotations
 
 import math
@@ -6,78 +6,15 @@ import math
 import pytest
 import torch
 
-from ldptut.mechanisms import Hybrid, Laplace, Piecewise, RandomizedResponse, TwoPoint
-from ldptut.privacy import (
+from ldptut.audits import (
     AuditResult,
     binomial_confidence_bounds,
-    compose_sequential,
-    epsilon_table,
     exact_ldp_audit,
     histogram_ratio_exact,
     monte_carlo_audit,
-    over_rounds,
-    per_model_per_round,
 )
+from ldptut.mechanisms import Hybrid, Laplace, Piecewise, RandomizedResponse, TwoPoint
 from ldptut.rng import generator
-
-
-# ---- composition --------------------------------------------------------------------------------
-def test_compose_sequential():
-    assert compose_sequential([0.5, 1.0, 1.5]) == (3.0, 0.0)
-    eps, delta = compose_sequential([0.1] * 10, [1e-6] * 10)
-    assert eps == pytest.approx(1.0, abs=1e-15) and delta == pytest.approx(1e-5, abs=1e-20)
-    assert compose_sequential(torch.tensor([1.0, 2.0])) == (3.0, 0.0)
-    assert compose_sequential([0.0, 2.0]) == (2.0, 0.0)  # a 0-DP step is allowed
-
-
-@pytest.mark.parametrize(
-    "args,match",
-    [
-        (([],), "epsilons"),
-        (([1.0, -0.1],), r"epsilons\[1\]"),
-        (([1.0, float("nan")],), r"epsilons\[1\]"),
-        (([float("inf")],), r"epsilons\[0\]"),
-        (([True],), r"epsilons\[0\]"),
-        ((1.0,), "epsilons"),
-        (([1.0, 1.0], [0.0]), "deltas"),
-        (([1.0], [1.5]), r"deltas\[0\]"),
-        (([1.0], [-1e-9]), r"deltas\[0\]"),
-    ],
-)
-def test_compose_sequential_validation(args, match):
-    with pytest.raises(ValueError, match=match):
-        compose_sequential(*args)
-
-
-def test_per_model_and_over_rounds():
-    assert per_model_per_round(0.5, 1000) == 500.0
-    assert over_rounds(500.0, 100) == 50_000.0
-    assert over_rounds(per_model_per_round(1.0, 7), 3) == 21.0
-    for bad in (0, -3, 2.5, True, "3"):
-        with pytest.raises(ValueError, match="d"):
-            per_model_per_round(1.0, bad)
-        with pytest.raises(ValueError, match="rounds"):
-            over_rounds(1.0, bad)
-    for bad in (0.0, -1.0, float("nan"), float("inf"), None):
-        with pytest.raises(ValueError, match="eps_per_coordinate"):
-            per_model_per_round(bad, 10)
-        with pytest.raises(ValueError, match="eps_per_round"):
-            over_rounds(bad, 10)
-
-
-def test_epsilon_table():
-    t = epsilon_table(0.5, d=1000, rounds=20)
-    assert list(t.index) == ["per coordinate", "per model per round", "per model over training"]
-    assert list(t["epsilon"]) == [0.5, 500.0, 10_000.0]
-    assert list(t["delta"]) == [0.0, 0.0, 0.0]
-    assert "unit" in t.columns and "composition" in t.columns
-    assert "1000" in t.loc["per model per round", "unit"]
-    with pytest.raises(ValueError, match="d"):
-        epsilon_table(0.5, d=0, rounds=20)
-    with pytest.raises(ValueError, match="rounds"):
-        epsilon_table(0.5, d=10, rounds=0)
-    with pytest.raises(ValueError, match="eps_per_coordinate"):
-        epsilon_table(-0.5, d=10, rounds=1)
 
 
 # ---- exact audit --------------------------------------------------------------------------------

@@ -1,119 +1,30 @@
-"""Privacy accounting and audits for the local randomizers of :mod:`ldptut.mechanisms`.
+"""Audits: check a mechanism's claims against its output law or against samples.
 
-* Composition (basic sequential composition, Dwork & Roth, "The Algorithmic Foundations of
-  Differential Privacy", 2014, Theorem 3.16): running mechanisms with (ε_i, δ_i) on the same
-  client's data gives (Σ ε_i, Σ δ_i). :func:`epsilon_table` turns a per-coordinate ε into the
-  per-model-per-round (d coordinates) and per-model-over-training (T rounds) figures.
-* Audits: :func:`exact_ldp_audit` computes the privacy loss of a discrete mechanism exactly from
-  its ``output_distribution``; :func:`monte_carlo_audit` estimates a lower confidence bound on the
-  loss of any mechanism from samples (histogram over common bins); :func:`histogram_ratio_exact`
-  gives the same binned loss from the exact ``cdf`` / ``density``, for comparison.
+* :func:`exact_ldp_audit` computes the privacy loss of a discrete mechanism exactly from its
+  ``output_distribution``; :func:`monte_carlo_audit` estimates a lower confidence bound on the loss of
+  any mechanism from samples (histogram over common bins); :func:`histogram_ratio_exact` gives the same
+  binned loss from the exact ``cdf`` / ``density``, for comparison.
+* :func:`empirical_moments` privatizes inputs many times and compares the sample mean and variance
+  with the closed forms (the chapters and the tests use the same function).
+
+The claims themselves (ε with its unit, composition) are in :mod:`ldptut.accounting`.
 """
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
+import pandas as pd
 import torch
 from torch import Tensor
 
 from ._validate import pos_int, real
+from .rng import generator
 
-__all__ = [
-    "compose_sequential",
-    "per_model_per_round",
-    "over_rounds",
-    "epsilon_table",
-    "AuditResult",
-    "exact_ldp_audit",
-    "monte_carlo_audit",
-    "histogram_ratio_exact",
-    "binomial_confidence_bounds",
-]
-
-
-def _as_list(v: Any, name: str) -> list:
-    if isinstance(v, Tensor):
-        return v.detach().reshape(-1).tolist()
-    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
-        raise ValueError(f"{name} must be a sequence of numbers, got {v!r}")
-    return list(v)
-
-
-# --------------------------------------------------------------------------------------------------
-# composition
-# --------------------------------------------------------------------------------------------------
-def compose_sequential(
-    epsilons: Sequence[float], deltas: Optional[Sequence[float]] = None
-) -> Tuple[float, float]:
-    """Basic sequential composition: (Σ ε_i, Σ δ_i) (Dwork & Roth 2014, Thm. 3.16).
-
-    ``deltas=None`` means all δ_i = 0. Each ε_i must be finite and >= 0, each δ_i in [0, 1], and
-    both sequences the same non-zero length. The δ sum is not capped (a sum >= 1 is vacuous).
-    """
-    eps = [real(e, f"epsilons[{i}]", nonneg=True) for i, e in enumerate(_as_list(epsilons, "epsilons"))]
-    if not eps:
-        raise ValueError("epsilons must not be empty")
-    if deltas is None:
-        dl = [0.0] * len(eps)
-    else:
-        dl = [real(d, f"deltas[{i}]", nonneg=True) for i, d in enumerate(_as_list(deltas, "deltas"))]
-        if len(dl) != len(eps):
-            raise ValueError(f"deltas must have the same length as epsilons ({len(eps)}), got {len(dl)}")
-        for i, d in enumerate(dl):
-            if d > 1:
-                raise ValueError(f"deltas[{i}] must be in [0, 1], got {d}")
-    return math.fsum(eps), math.fsum(dl)
-
-
-def per_model_per_round(eps_per_coordinate: float, d: int) -> float:
-    """ε for one client's whole update in one round: d reports of ε each compose to d · ε."""
-    return pos_int(d, "d") * real(eps_per_coordinate, "eps_per_coordinate", positive=True)
-
-
-def over_rounds(eps_per_round: float, rounds: int) -> float:
-    """ε over training: a client reporting in ``rounds`` rounds composes to rounds · ε."""
-    return pos_int(rounds, "rounds") * real(eps_per_round, "eps_per_round", positive=True)
-
-
-def epsilon_table(eps_per_coordinate: float, d: int, rounds: int):
-    """The per-coordinate guarantee next to what it composes to, as a ``pandas.DataFrame``.
-
-    Rows (index ``level``): ``per coordinate`` (ε), ``per model per round`` (d · ε),
-    ``per model over training`` (rounds · d · ε), with columns ``epsilon``, ``delta``, ``unit``
-    (what one ε protects) and ``composition`` (how the figure is obtained). ``d`` is the number
-    of coordinates a client reports per round (pass k if only k of d coordinates are reported),
-    ``rounds`` the number of rounds the client participates in. Basic composition is an upper
-    bound; it is what a per-coordinate ε claim implies for a whole model without further analysis.
-    """
-    import pandas as pd
-
-    eps = real(eps_per_coordinate, "eps_per_coordinate", positive=True)
-    d = pos_int(d, "d")
-    rounds = pos_int(rounds, "rounds")
-    e_round = per_model_per_round(eps, d)
-    e_train = over_rounds(e_round, rounds)
-    rows = [
-        ("per coordinate", eps, 0.0, "one scalar report (one coordinate, one round)", "mechanism guarantee"),
-        (
-            "per model per round",
-            e_round,
-            0.0,
-            f"one client's update of d = {d} coordinates in one round",
-            f"sequential composition over d = {d} coordinates",
-        ),
-        (
-            "per model over training",
-            e_train,
-            0.0,
-            f"one client's updates over {rounds} rounds",
-            f"sequential composition over d = {d} coordinates x {rounds} rounds",
-        ),
-    ]
-    df = pd.DataFrame(rows, columns=["level", "epsilon", "delta", "unit", "composition"])
-    return df.set_index("level")
+__all__ = ["AuditResult", "exact_ldp_audit", "monte_carlo_audit", "histogram_ratio_exact",
+           "binomial_confidence_bounds", "empirical_moments"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,118 +329,25 @@ def histogram_ratio_exact(
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# amplification by shuffling
-# --------------------------------------------------------------------------------------------------
-def shuffle_amplification(eps0: float, n: int, delta: float) -> float:
-    """Central ε after shuffling n reports of an ε0-LDP randomizer (upper bound, (ε, δ)-DP).
+def empirical_moments(mechanism, inputs: torch.Tensor, *, n_samples: int, seed: int,
+                      dtype: torch.dtype = torch.float64) -> pd.DataFrame:
+    """Privatize each input ``n_samples`` times (one vectorised call) and compare with the closed forms.
 
-    Feldman, McMillan, Talwar, "Hiding Among the Clones: A Simple and Nearly Optimal Analysis of
-    Privacy Amplification by Shuffling", FOCS 2021, Theorem 3.1:
-
-        ε = log(1 + (e^ε0 - 1) / (e^ε0 + 1) · (8 sqrt(e^ε0 log(4/δ)) / sqrt(n) + 8 e^ε0 / n)),
-
-    valid for ε0 <= log(n / (16 log(2/δ))); outside that range ``ValueError`` (the bound does not
-    apply; ε0 itself remains a valid, unamplified guarantee). Apple's reference code
-    (ml-shuffling-amplification, ``closedformanalysis``) checks the slightly stricter
-    ε0 <= log(n / (16 log(4/δ))).
-
-    Applied to LDP-FL this is the per-coordinate view of parameter shuffling: it assumes the n
-    reports of one coordinate (position id) in one round are perfectly unlinkable — uniformly
-    shuffled, nothing such as arrival time tying them to a client (see
-    :mod:`ldptut.shuffling` for how timing can break this) — and that each client sends exactly one
-    report per coordinate. The result is (ε, δ)-DP per coordinate per round with respect to the
-    server; a client's d coordinates and T rounds still compose. The LDP-FL paper (Sun, Qian, Chen,
-    IJCAI 2021) does not claim this bound: it argues only that shuffling makes the per-weight ε0
-    sufficient and gives no amplification theorem.
+    Columns: ``input``, ``mean`` (empirical), ``z`` = (mean - input) / (sqrt(variance / n)), the bias in
+    standard errors, ``var`` (empirical, unbiased), ``var_closed`` (``mechanism.variance``) and
+    ``var_rel_err`` = var / var_closed - 1. For an unbiased mechanism |z| < 4 except with probability ~6e-5.
     """
-    e0 = real(eps0, "eps0", positive=True)
-    n = pos_int(n, "n")
-    dl = real(delta, "delta", positive=True)
-    if dl >= 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    ratio = n / (16.0 * math.log(2.0 / dl))
-    if ratio <= 1.0 or e0 > math.log(ratio):
-        limit = math.log(ratio) if ratio > 0 else -math.inf
-        raise ValueError(
-            f"the shuffling bound of Feldman et al. (Thm. 3.1) does not apply: it needs"
-            f" eps0 <= log(n / (16 log(2/delta))) = {limit:.4g} for n = {n}, delta = {dl:g}; got eps0 = {e0:g}"
-        )
-    ee = math.exp(e0)
-    inner = (ee - 1.0) / (ee + 1.0) * (8.0 * math.sqrt(ee * math.log(4.0 / dl) / n) + 8.0 * ee / n)
-    return math.log1p(inner)
-
-
-__all__.append("shuffle_amplification")
-
-
-# --------------------------------------------------------------------------------------------------
-# Gaussian mechanism: exact (ε, δ)
-# --------------------------------------------------------------------------------------------------
-def gaussian_delta(epsilon: float, mu: float) -> float:
-    """Exact δ(ε) of the Gaussian mechanism with μ = Δ / σ (sensitivity over noise std).
-
-    δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2): Balle & Wang, "Improving the Gaussian Mechanism for
-    Differential Privacy: Analytical Calibration and Optimal Denoising", ICML 2018, Theorem 8
-    (equivalently μ-GDP, Dong, Roth, Su, JRSS-B 2022, Corollary 2.13). Tight: no smaller δ holds.
-    """
-    from scipy.special import log_ndtr, ndtr
-
-    eps = real(epsilon, "epsilon", nonneg=True)
-    m = real(mu, "mu", positive=True)
-    a = -eps / m + m / 2
-    b = -eps / m - m / 2
-    return max(0.0, float(ndtr(a) - math.exp(eps + log_ndtr(b))))
-
-
-def gaussian_epsilon(delta: float, mu: float) -> float:
-    """Smallest ε >= 0 with :func:`gaussian_delta` (ε, μ) <= δ (bisection to 1e-10 relative)."""
-    dl = real(delta, "delta", positive=True)
-    if dl >= 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    m = real(mu, "mu", positive=True)
-    if gaussian_delta(0.0, m) <= dl:
-        return 0.0
-    return _threshold(lambda eps: gaussian_delta(eps, m) <= dl, rel=1e-10)[1]  # upper end: δ(ε) <= δ holds
-
-
-def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Smallest noise std σ for which N(0, σ²) on a query of ℓ2 ``sensitivity`` is (ε, δ)-DP (exact,
-    Balle & Wang 2018, Thm 8: bisection on μ = Δ/σ with :func:`gaussian_delta`)."""
-    eps = real(epsilon, "epsilon", positive=True)
-    dl = real(delta, "delta", positive=True)
-    if dl >= 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    sens = real(sensitivity, "sensitivity", positive=True)
-    mu = _threshold(lambda m: gaussian_delta(eps, m) > dl, rel=1e-12)[0]  # lower end: δ(ε; μ) <= δ holds
-    return sens / mu
-
-
-def _threshold(ok: Any, *, rel: float) -> Tuple[float, float]:
-    """Bracket (lo, hi), hi - lo <= rel * hi, of the threshold of a predicate on v > 0 that is false
-    below it and true above it: ``ok(lo)`` is false (or lo = 0) and ``ok(hi)`` is true."""
-    lo, hi = 0.0, 1.0
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= rel * hi:
-            break
-    return lo, hi
-
-
-def compose_gaussian(mus: Sequence[float]) -> float:
-    """μ of the adaptive composition of Gaussian mechanisms with μ_1..μ_k: sqrt(Σ μ_i²) (exact;
-    Dong, Roth, Su 2022, Corollary 3.3). d coordinates of one vector, each with sensitivity Δ and
-    noise σ, are one Gaussian mechanism with μ = sqrt(d) Δ / σ."""
-    vals = [real(m, "mu", positive=True) for m in mus]
-    if not vals:
-        raise ValueError("mus must hold at least one value")
-    return math.sqrt(sum(v * v for v in vals))
-
-
-__all__ += ["gaussian_delta", "gaussian_epsilon", "gaussian_sigma", "compose_gaussian"]
+    if n_samples < 2:
+        raise ValueError(f"n_samples must be >= 2, got {n_samples}")
+    x = inputs.to(dtype).reshape(-1, 1).expand(-1, n_samples).contiguous()
+    y = mechanism.privatize(x, generator=generator(seed, "empirical-moments"))
+    mean, var = y.mean(dim=1), y.var(dim=1)
+    closed = mechanism.variance(x[:, 0]).to(dtype)
+    return pd.DataFrame({
+        "input": inputs.double().cpu().numpy(),
+        "mean": mean.double().cpu().numpy(),
+        "z": ((mean - x[:, 0]) / torch.sqrt(closed / n_samples)).double().cpu().numpy(),
+        "var": var.double().cpu().numpy(),
+        "var_closed": closed.double().cpu().numpy(),
+        "var_rel_err": (var / closed - 1).double().cpu().numpy(),
+    })

@@ -1,0 +1,220 @@
+"""Experiments as typed run configurations, and the runner chapters use to train, load and tabulate them.
+
+* :class:`FedAvgRun` -- a FedAvg run on a named data set and model, with an optional per-coordinate LDP
+  mechanism and weight-range rule (Foundations, LDP-FL; the generic kind later chapters extend). Its
+  fields are all it takes to rebuild the run: the partition, the model's initial weights and every
+  random draw derive from ``seed``.
+* :class:`Runner` -- trains the runs a chapter asks for (or loads them from a :class:`~ldptut.runcache.RunCache`),
+  trains the runs of one group together (e.g. a whole grid of Wu et al.'s privacy profiles), and keeps
+  the chapter's table: which experiment each run belongs to, its final accuracy and where it came from.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Hashable, Iterable, Optional, Sequence
+
+import pandas as pd
+import torch
+
+from . import data as _data
+from . import models as _models
+from . import partition as _partition
+from ._validate import one_of
+from .fl import FixedRange, FLConfig, FLResult, GlobalModelRange, LocalPerturbation, Run, simulate
+from .mechanisms import MECHANISMS
+from .runcache import RunCache, RunRecord, records_table
+from .runconfig import RunConfig
+from .training import LocalSGD, OptimizerSpec
+
+__all__ = ["FedAvgRun", "Runner"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedAvgRun(RunConfig):
+    """FedAvg with local mini-batch training and an optional LDP mechanism on every sent coordinate.
+
+    ``mechanism``: a name of :data:`ldptut.mechanisms.MECHANISMS` (e.g. "two_point") or None (non-private);
+    ``epsilon`` is then per coordinate per round and ``range`` the clipping range rule (:class:`FixedRange`
+    or :class:`GlobalModelRange`). ``partition``: "iid" (equal shards) or "dirichlet" (label skew with
+    ``dirichlet_alpha``). Local training: ``local_epochs`` passes at ``batch_size`` with ``optimizer``.
+    """
+
+    kind: ClassVar[str] = "fedavg"
+
+    partition: str = "iid"
+    dirichlet_alpha: Optional[float] = None
+    client_fraction: float = 1.0
+    local_epochs: int = 1
+    batch_size: int = 32
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    send: str = "weights"
+    aggregator: str = "mean"
+    mechanism: Optional[str] = None
+    epsilon: Optional[float] = None
+    range: Optional[FixedRange | GlobalModelRange] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self.partition, "partition", ("iid", "dirichlet"))
+        if (self.partition == "dirichlet") != (self.dirichlet_alpha is not None):
+            raise ValueError("dirichlet_alpha is needed exactly when partition='dirichlet'")
+        if self.mechanism is not None:
+            one_of(self.mechanism, "mechanism", sorted(MECHANISMS))
+            if self.epsilon is None or self.range is None:
+                raise ValueError(f"mechanism={self.mechanism!r} needs epsilon and range")
+        elif self.epsilon is not None or self.range is not None:
+            raise ValueError("epsilon and range belong to a mechanism; set mechanism too (or neither)")
+        self.trainer()  # validates the local-training settings
+        self.privatizer()  # validates epsilon with the mechanism's own checks
+        FLConfig(rounds=self.rounds, client_fraction=self.client_fraction, send=self.send)
+
+    # ---- pieces of the simulator call -----------------------------------------------------------
+    def privatizer(self) -> Optional[LocalPerturbation]:
+        """The clients' :class:`~ldptut.fl.LocalPerturbation`, or None for a non-private run."""
+        if self.mechanism is None:
+            return None
+        return LocalPerturbation(mechanism=MECHANISMS[self.mechanism], epsilon=self.epsilon, range=self.range)
+
+    def trainer(self, *, vectorize: bool | str = "auto", client_chunk: Optional[int] = None) -> LocalSGD:
+        opt = OptimizerSpec(name=self.optimizer, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        return LocalSGD(local_epochs=self.local_epochs, batch_size=self.batch_size, optimizer=opt,
+                        vectorize=vectorize, client_chunk=client_chunk)
+
+    def client_partition(self, labels: torch.Tensor, num_classes: Optional[int] = None) -> list[torch.Tensor]:
+        if self.partition == "iid":
+            return _partition.iid(labels, self.n_clients, seed=self.seed)
+        return _partition.dirichlet(labels, self.n_clients, alpha=self.dirichlet_alpha, seed=self.seed,
+                                    num_classes=num_classes)
+
+    def build_model(self, ds: _data.Dataset) -> torch.nn.Module:
+        return _models.build_model(self.model, input_shape=ds.input_shape, num_classes=ds.num_classes, seed=self.seed)
+
+    def simulate(self, ds: _data.Dataset, *, device: Any = "cpu", progress: bool = True, desc: Optional[str] = None,
+                 privatizer: Any = None, vectorize: bool | str = "auto") -> FLResult:
+        """Train this run on ``ds`` (the data set named by ``dataset``). ``privatizer`` replaces the
+        configuration's (e.g. a :class:`~ldptut.fl.RecordPayloads` around it, to inspect what is sent)."""
+        if ds.name != self.dataset:
+            raise ValueError(f"this run is on {self.dataset!r}, got the data set {ds.name!r}")
+        run = Run(seed=self.seed, partition=self.client_partition(ds.y_train, ds.num_classes),
+                  privatizer=self.privatizer() if privatizer is None else privatizer, aggregator=self.aggregator)
+        config = FLConfig(rounds=self.rounds, trainer=self.trainer(vectorize=vectorize),
+                          client_fraction=self.client_fraction, send=self.send, device=device, progress=progress,
+                          desc=desc or self.label())
+        return simulate(config, [run], model=self.build_model(ds), x_train=ds.x_train, y_train=ds.y_train,
+                        x_test=ds.x_test, y_test=ds.y_test)
+
+    @classmethod
+    def train_group(cls, configs: Sequence["FedAvgRun"], *, runner: "Runner") -> list[pd.DataFrame]:
+        out = []
+        for c in configs:
+            res = c.simulate(runner.dataset(c.dataset), device=runner.device, progress=runner.progress)
+            out.append(res.history.drop(columns="run"))
+        return out
+
+    def label(self) -> str:
+        """Short description: "non-private" or "two_point ε=1 per coordinate per round, fixed (0, 0.075)"."""
+        if self.mechanism is None:
+            return f"non-private, seed {self.seed}"
+        rng = (f"fixed ({self.range.center:g}, {self.range.radius:g})" if isinstance(self.range, FixedRange)
+               else f"adaptive (margin {self.range.margin:g})")
+        return f"{self.mechanism} ε={self.epsilon:g} per coordinate per round, {rng}, seed {self.seed}"
+
+
+class Runner:
+    """Trains or loads the runs a chapter asks for and keeps the chapter's table of them.
+
+    ``cache``: a :class:`~ldptut.runcache.RunCache`, a directory for one, or None (in memory: a run asked
+    for twice is trained once). Runs whose configurations share a :meth:`~ldptut.runconfig.RunConfig.group_key`
+    are trained together (:meth:`run_all`).
+    """
+
+    def __init__(self, cache: RunCache | str | Path | None = None, *, device: Any = "cpu", progress: bool = True):
+        self.cache = cache if isinstance(cache, RunCache) else RunCache(cache)
+        self.device = device
+        self.progress = progress
+        self._memo: dict[Hashable, Any] = {}
+        self._rows: list[tuple[str, RunRecord]] = []
+
+    # ---- data -----------------------------------------------------------------------------------
+    def memo(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """``make()`` once per ``key`` (loaded data sets, a paper's experiment data)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def dataset(self, name: str) -> _data.Dataset:
+        return self.memo(("dataset", name), lambda: _data.load_dataset(name, device=self.device))
+
+    # ---- runs -----------------------------------------------------------------------------------
+    def run_all(self, configs: Sequence[RunConfig]) -> list[RunRecord]:
+        """The records of ``configs`` in order: stored ones loaded, the others trained, one group at a time."""
+        configs = list(configs)
+        out: dict[int, RunRecord] = {}
+        order = sorted(range(len(configs)), key=lambda i: repr(configs[i].group_key()))
+        for _, members in itertools.groupby(order, key=lambda i: repr(configs[i].group_key())):
+            idx = list(members)
+            group = [configs[i] for i in idx]
+            cls = type(group[0])
+            recs = self.cache.run_many(group, lambda todo: cls.train_group(todo, runner=self), device=self.device)
+            out.update(zip(idx, recs))
+        return [out[i] for i in range(len(configs))]
+
+    def run(self, config: RunConfig) -> RunRecord:
+        return self.run_all([config])[0]
+
+    def record(self, experiment: str, config: RunConfig) -> RunRecord:
+        """Run ``config`` (or reuse it) and list it under ``experiment`` (once per experiment)."""
+        return self.record_all([(experiment, config)])[0]
+
+    def record_all(self, items: Iterable[tuple[str, RunConfig]]) -> list[RunRecord]:
+        items = list(items)
+        records = self.run_all([c for _, c in items])
+        seen = {(e, r.config) for e, r in self._rows}
+        for (experiment, _), rec in zip(items, records):
+            if (experiment, rec.config) not in seen:
+                self._rows.append((experiment, rec))
+                seen.add((experiment, rec.config))
+        return records
+
+    # ---- tables ---------------------------------------------------------------------------------
+    def table(self, experiment: str | Sequence[str] | None = None) -> pd.DataFrame:
+        """One row per recorded (experiment, run): ``experiment``, the configuration's fields, ``config``,
+        ``accuracy`` (final, %), provenance and ``source`` (stored / trained); see
+        :func:`ldptut.runcache.records_table`. ``record`` holds the :class:`RunRecord`."""
+        wanted = None if experiment is None else ({experiment} if isinstance(experiment, str) else set(experiment))
+        rows = [(e, r) for e, r in self._rows if wanted is None or e in wanted]
+        if not rows:
+            return pd.DataFrame(columns=["experiment", "config", "accuracy", "record"])
+        t = records_table(r for _, r in rows)
+        t.insert(0, "experiment", [e for e, _ in rows])
+        t["record"] = [r for _, r in rows]
+        return t
+
+    def summary(self, experiment: str, by: str | Sequence[str]) -> pd.DataFrame:
+        """Mean, sample std and count of the final accuracy (%) of an experiment's runs, grouped by
+        configuration fields; ``epsilon`` None (non-private) reads "non-private" and sorts last."""
+        df = self.table(experiment)
+        df["epsilon"] = df["epsilon"].astype(float)
+        if "range" in df:
+            df["range"] = df["range"].fillna("none")
+        out = df.groupby(by, dropna=False)["accuracy"].agg(["mean", "std", "count"]).reset_index()
+        if "epsilon" in out:
+            out["epsilon"] = out["epsilon"].map(lambda e: "non-private" if pd.isna(e) else f"{e:g}")
+        return out
+
+    def provenance(self) -> pd.DataFrame:
+        """Every recorded run: experiment, its label, seed, where it came from (stored in the cache or trained
+        in this execution), the commit and date of its training, the device and its minutes of training."""
+        t = self.table()
+        if t.empty:
+            return pd.DataFrame(columns=["experiment", "run", "source", "commit", "trained", "device", "minutes"])
+        return pd.DataFrame({
+            "experiment": t["experiment"], "run": [c.label() if hasattr(c, "label") else str(c) for c in t["config"]],
+            "source": t["source"].map({"stored": "cache", "trained": "this execution"}), "commit": t["commit"],
+            "trained": t["date"].fillna("").str[:10], "device": t["device"],
+            "minutes": (t["seconds"].astype(float) / 60).round(1)})

@@ -1,0 +1,173 @@
+"""LDP-FL (Sun, Qian, Chen, "LDP-FL: Practical Private Aggregation in Federated Learning with Local
+Differential Privacy", IJCAI 2021): settings, published numbers, experiment grid, paper vs ours.
+
+The method's pieces are generic and live in the package: the two-point mechanism
+(:class:`ldptut.mechanisms.TwoPoint`, Eq. 2 / Algorithm 2), the fixed and adaptive range rules
+(:class:`ldptut.fl.FixedRange`, :class:`ldptut.fl.GlobalModelRange`, Section 3.2), parameter shuffling
+(:mod:`ldptut.shuffling`, Algorithm 3), the client-chosen-range leak (:mod:`ldptut.attacks`, Section 4),
+and the round engine (:mod:`ldptut.fl`, Algorithm 1). Every ε here is **per weight per round**.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import pandas as pd
+
+from ..experiments import FedAvgRun
+from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
+from . import Paper, Reported, mean_std
+
+__all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "chapter_run", "configs",
+           "compare"]
+
+PAPER = Paper(
+    key="ldp_fl",
+    title="LDP-FL: adaptive-range perturbation and parameter shuffling",
+    citation="L. Sun, J. Qian, X. Chen. LDP-FL: Practical private aggregation in federated learning with local "
+             "differential privacy. IJCAI 2021.",
+    chapter="book/ldp_fl",
+    intro="**LDP-FL** (Sun et al., IJCAI 2021): two-point perturbation with fixed and adaptive ranges, "
+          "parameter shuffling and what a server can still link, and a client-chosen range that leaks.",
+)
+
+EPSILON_UNIT = "per weight per round"
+
+#: Section 5 as printed. Local epochs, batch size and the architectures ("two-layer CNN", "small VGG")
+#: are not given; ``model`` is ours (ldptut.models). FMNIST's rounds are stated as both 10 and 15.
+SETTINGS = {
+    "mnist": {"n_clients": 100, "rounds": 10, "lr": 0.03, "model": "cnn2", "fixed_range": (0.0, 0.075),
+              "epsilons": [0.1, 0.3, 0.5, 1.0], "table1_epsilons": [5.0, 10.0]},
+    "fashion_mnist": {"n_clients": 200, "rounds": 10, "lr": 0.03, "model": "cnn2", "fixed_range": (0.0, 0.015),
+                      "epsilons": [1.0, 2.0, 4.0, 8.0, 10.0], "table1_epsilons": [5.0, 10.0]},
+    "cifar10": {"n_clients": 500, "rounds": 15, "lr": 0.015, "model": "small_vgg", "fixed_range": (0.0, 1.0),
+                "epsilons": [], "table1_epsilons": [5.0, 10.0]},
+}
+
+#: The fixed range (c, r) per data set (Section 5; CIFAR-10's (0, 1) from Section 5.4, Table 1's text).
+FIXED_RANGE = {name: s["fixed_range"] for name, s in SETTINGS.items()}
+#: Clients n per data set (Table 1 uses the headline settings' n).
+N_CLIENTS = {name: s["n_clients"] for name, s in SETTINGS.items()}
+
+_TRAINING = "training accuracy (%) (Fig. 5 caption: 'Effect of ε on training accuracy'); Section 5.3 text"
+_TABLE1 = "accuracy (%); Table 1 does not say training or test (the paper's figures plot training accuracy)"
+
+#: Published numbers: the Section 5.3 headline claims (read off Fig. 5, whose caption says training
+#: accuracy) and Table 1 (fixed vs adaptive range). Each carries its setting for :func:`compare`.
+REPORTED = [
+    Reported(claim=f"{name} ε={eps:g} n={N_CLIENTS[name]} {label}", value=value, metric=_TRAINING,
+             source=f"Section 5.3, Fig. 5({fig})", epsilon=eps, epsilon_unit=EPSILON_UNIT,
+             setting=(("dataset", name), ("n_clients", N_CLIENTS[name]), ("rule", label.split()[0])))
+    for name, eps, label, value, fig in [("mnist", 1.0, "fixed (0, 0.075)", 96.24, "a"),
+                                         ("fashion_mnist", 4.0, "fixed (0, 0.015)", 86.26, "b"),
+                                         ("cifar10", 10.0, "adaptive", 61.46, "c")]
+] + [
+    Reported(claim=f"Table 1 {name} ε={eps:g} {rule}", value=value, metric=_TABLE1, source="Table 1 (Section 5.4)",
+             epsilon=eps, epsilon_unit=EPSILON_UNIT,
+             setting=(("dataset", name), ("n_clients", N_CLIENTS[name]), ("rule", rule)))
+    for name, eps, fixed, adaptive in [("mnist", 5.0, 96.34, 96.06), ("mnist", 10.0, 96.39, 96.11),
+                                       ("fashion_mnist", 5.0, 85.95, 87.54), ("fashion_mnist", 10.0, 86.10, 87.57),
+                                       ("cifar10", 5.0, 13.54, 58.89), ("cifar10", 10.0, 14.28, 60.37)]
+    for rule, value in (("fixed", fixed), ("adaptive", adaptive))
+]
+
+
+def chapter_run(*, dataset: str, model: str, n_clients: int, rounds: int, lr: float, client_fraction: float = 1.0,
+                local_epochs: int = 1, batch_size: int = 32, seed: int = 0) -> FedAvgRun:
+    """The chapter's non-private run (Algorithm 1 without perturbation: IID shards, weights sent, server mean)."""
+    return FedAvgRun(paper="ldp_fl", dataset=dataset, model=model, n_clients=n_clients, rounds=rounds, lr=lr,
+                     client_fraction=client_fraction, local_epochs=local_epochs, batch_size=batch_size, seed=seed,
+                     partition="iid", send="weights", aggregator="mean")
+
+
+def private(run: FedAvgRun, epsilon: float, rule: FixedRange | GlobalModelRange) -> FedAvgRun:
+    """``run`` with the two-point mechanism at ``epsilon`` per weight per round and range rule ``rule``."""
+    return run.replace(mechanism="two_point", epsilon=epsilon, range=rule)
+
+
+def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptive: GlobalModelRange,
+            epsilons: Iterable[float] = (), table1_epsilons: Iterable[float] = (), headline_seeds: Sequence[int] = (),
+            sensitivity_epsilon: float = 1.0, sensitivity_range: str = "fixed",
+            sensitivity_batch_sizes: Iterable[int] = (), sensitivity_local_epochs: Iterable[int] = (),
+            clients_grid: Iterable[int] = (), fraction_grid: Iterable[float] = (),
+            parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedAvgRun]]:
+    """The chapter's experiment grid as (experiment, run) pairs, every run for every seed of ``seeds``.
+
+    * "vs epsilon" (Fig. 5): non-private and every ε of ``epsilons`` with the fixed range; the
+      non-private run and ε = ``sensitivity_epsilon`` also for ``headline_seeds``;
+    * "table 1" (Table 1): every ε of ``table1_epsilons``, fixed and adaptive range;
+    * "sensitivity" (what the paper leaves unstated): non-private and ``sensitivity_epsilon`` with the
+      ``sensitivity_range`` rule, per batch size (at the base's local epochs) and per local epochs (at
+      the base's batch size);
+    * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction.
+
+    ``parts`` selects experiments by name (default: all).
+    """
+    if sensitivity_range not in RANGE_RULES:
+        raise ValueError(f"sensitivity_range must be one of {sorted(RANGE_RULES)}, got {sensitivity_range!r}")
+    rules = {"fixed": fixed, "adaptive": adaptive}
+    seeds = list(seeds)
+    extra = [s for s in headline_seeds if s not in seeds]
+    out: list[tuple[str, FedAvgRun]] = []
+
+    def add(experiment: str, run: FedAvgRun, *, more_seeds: Sequence[int] = ()) -> None:
+        out.extend((experiment, run.replace(seed=s)) for s in seeds + list(more_seeds))
+
+    def pair(experiment: str, run: FedAvgRun) -> None:
+        add(experiment, run)
+        add(experiment, private(run, sensitivity_epsilon, rules[sensitivity_range]))
+
+    add("vs epsilon", base, more_seeds=extra)
+    for eps in epsilons:
+        add("vs epsilon", private(base, eps, fixed), more_seeds=extra if eps == sensitivity_epsilon else ())
+    for eps in table1_epsilons:
+        for rule in ("fixed", "adaptive"):
+            add("table 1", private(base, eps, rules[rule]))
+    for b in sensitivity_batch_sizes:
+        pair("sensitivity", base.replace(batch_size=b))
+    for e in sensitivity_local_epochs:
+        pair("sensitivity", base.replace(local_epochs=e))
+    for n in clients_grid:
+        pair("clients", base.replace(n_clients=n))
+    for f in fraction_grid:
+        pair("fraction", base.replace(client_fraction=f))
+    return [(e, c) for e, c in out if parts is None or e in parts]
+
+
+def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
+            client_fraction: float = 1.0) -> pd.DataFrame:
+    """LDP-FL's reported accuracies next to ours from runs (``ldptut.runcache.load_runs`` or a Runner table).
+
+    For each claim (Section 5.3 headline numbers and Table 1) the runs of the same data set, number of
+    clients, ε (per weight per round) and range rule are selected, at the given local computation (which
+    the paper does not state) and fraction of clients; "ours" is their final test accuracy, mean ± std over
+    seeds (sample std), and "non-private" the same for the non-private runs with identical settings and the
+    same seeds. "fixed" is the paper's fixed range for the data set (:data:`FIXED_RANGE`), "adaptive" our
+    rule (:class:`~ldptut.fl.GlobalModelRange`). The paper's numbers are training accuracy (``REPORTED``).
+    """
+    need = {"dataset", "n_clients", "epsilon", "config", "mechanism", "batch_size", "local_epochs",
+            "client_fraction", "accuracy", "seed", "model", "rounds", "lr"}
+    if runs.empty:
+        runs = pd.DataFrame(columns=sorted(need))
+    if not need <= set(runs.columns):
+        raise ValueError(f"runs lacks the columns {sorted(need - set(runs.columns))}; use runcache.load_runs")
+    rows = []
+    for claim in REPORTED:
+        dataset, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
+        same = runs[(runs["dataset"] == dataset) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
+                    & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)]
+        if rule == "fixed":
+            target = FixedRange(*FIXED_RANGE[dataset])
+            matches = same["config"].map(lambda c: getattr(c, "range", None) == target)
+        else:
+            matches = same["config"].map(lambda c: isinstance(getattr(c, "range", None), GlobalModelRange))
+        ours = same[(same["epsilon"] == eps) & matches.astype(bool)]
+        nonpriv = same[same["mechanism"].isna() & same["seed"].isin(ours["seed"])]
+        settings = ""
+        if len(ours):
+            first = ours.iloc[0]
+            settings = (f"{first['model']}, {first['rounds']} rounds, lr {first['lr']:g}, batch {batch_size}, "
+                        f"{local_epochs} local epoch(s)")
+        rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": mean_std(ours["accuracy"]),
+                     "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
+                     "settings": settings})
+    return pd.DataFrame(rows)

@@ -1,0 +1,609 @@
+"""Personalized privacy budgets in LDP-FL (Wu, Xu, Zhu, "Personalized local differential privacy in
+federated learning", Appl. Sci. 13(7):4168, 2023): settings, published numbers, the pieces of the method,
+the experiment grid as typed runs, and paper vs ours.
+
+Client side (Section 3.1, Algorithms 1 and 2): each client trains a logistic regression from the
+global model with scikit-learn's per-sample SGD and its "optimal" learning-rate schedule
+(:class:`ldptut.training.PerSampleSGD`), on a sample of its data drawn with probability ``q`` (IID case),
+clips every weight to [-c, c] and perturbs it: Gaussian noise with the paper's σ_i
+(:func:`paper_gaussian_sigma`, IID) or the stochastic sign ``ldpsign`` (non-IID), both in
+:mod:`ldptut.mechanisms` (:class:`~ldptut.mechanisms.Gaussian`, :class:`~ldptut.mechanisms.LdpSign`), by
+:class:`PersonalizedPerturbation`.
+
+Server side (Section 4): aggregation A (arithmetic mean), B (:class:`WeightedBySigma`, α_i ∝ 1/σ_i)
+and C (:class:`ProbabilitySelection`, keep the clients with P_i > ω, ω ~ U(0, 1) per round); in the
+non-IID protocol the server takes the sign of the aggregate (:class:`SignOf`). All are
+:class:`ldptut.fl.Aggregator` callables.
+
+Every run of the paper's grid is a :class:`WuRun`; the runs of one experiment are trained together by the
+round engine (:func:`ldptut.fl.simulate`: a (run, client) pair is one row of a stacked tensor), so a
+whole grid of privacy profiles, aggregations and seeds costs about as much as one run.
+
+Model: one-vs-rest logistic regression, as scikit-learn's ``SGDClassifier(loss="log_loss")`` fits
+for more than two classes: K independent binary classifiers (class k vs the rest), prediction
+argmax_k (w_k · x + b_k). The flattened model is (W row by row, then b): d = K (D + 1), the layout of
+:class:`ldptut.models.LogisticRegression`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Optional, Sequence
+
+import pandas as pd
+import torch
+
+from .. import data as _d
+from .. import partition as _p
+from .._validate import one_of, pos_int, real
+from ..accounting import Guarantee
+from ..fl import FLConfig, Run, RoundContext, mean_aggregator, simulate
+from ..mechanisms import Gaussian, LdpSign, Mechanism
+from ..models import LogisticRegression
+from ..rng import generator
+from ..runcache import RunRecord, load_records
+from ..runconfig import RunConfig
+from ..training import PerSampleSGD
+from . import Paper, Reported, mean_std
+
+__all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "paper_gaussian_sigma",
+           "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
+           "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
+           "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds", "compare"]
+
+PAPER = Paper(
+    key="wu2023",
+    title="Personalized privacy budgets in LDP-FL",
+    citation="Y. Wu, W. Xu, Z. Zhu. Personalized local differential privacy in federated learning. "
+             "Applied Sciences 13(7):4168, 2023.",
+    chapter="book/personalized_ldp_fl",
+    intro="**Personalized budgets** (Wu et al., 2023): Gaussian and sign perturbation with a budget per "
+          "client, weighted and probability-based aggregation, and the privacy the noise really gives.",
+)
+
+PROTOCOLS = ("iid", "noniid")
+ON_EMPTY = ("keep", "all")
+AGGREGATIONS = ("A", "B", "C")
+
+#: Wu, Xu, Zhu (Appl. Sci. 2023), Section 5: experiment settings as printed (5.2.1 IID, 5.3.1 non-IID).
+#: "mnist" in the paper's IID runs is scikit-learn's 8x8 digits (Section 5.1). eps per client, delta_i
+#: per client; q is the per-round sampling probability (IID only); c the clipping bound; l2 = Delta_2.
+#: Non-IID train sizes and the Dirichlet concentration are not given (see the chapter).
+SETTINGS = {
+    "iid": {
+        "digits": {"n_clients": 3, "rounds": 10, "batch": 50, "test_size": 300, "delta": 1 / 500, "q": 0.8,
+                   "clip": 200.0, "epsilons": [1.0, 5.0, 10.0],
+                   "profiles": {"{1,1,10}": [1, 1, 10], "{1,5,10}": [1, 5, 10], "{1,10,10}": [1, 10, 10]}},
+        "fashion_mnist": {"n_clients": 3, "rounds": 20, "batch": 50, "test_size": 600, "delta": 1 / 1000, "q": 0.9,
+                          "clip": 2.0, "epsilons": [0.05, 0.5, 1.0],
+                          "profiles": {"{0.05,0.05,1}": [0.05, 0.05, 1], "{0.05,0.5,1}": [0.05, 0.5, 1],
+                                       "{0.05,1,1}": [0.05, 1, 1]}},
+        "covertype": {"n_clients": 10, "rounds": 50, "batch": 1000, "test_size": 30000, "train_size": 500000,
+                      "delta": 1 / 50000, "q": 0.8, "clip": 2.0, "epsilons": [1.0, 5.0, 10.0],
+                      "profiles": {"L/H": [1] * 5 + [10] * 5, "L/M/H": [1, 1, 1, 5, 5, 5, 5, 10, 10, 10]}},
+    },
+    "noniid": {
+        "digits": {"n_clients": 10, "rounds": 10, "batch": 400, "test_size": 2400, "delta": 1e-5, "clip": 4.0,
+                   "l2": 8.0, "epsilons": [5.0, 10.0, 15.0],
+                   "profiles": {"L/H": [5] * 5 + [15] * 5, "L/M/H": [5, 5, 5, 10, 10, 10, 10, 15, 15, 15]}},
+        "fashion_mnist": {"n_clients": 10, "rounds": 10, "batch": 200, "test_size": 1200, "delta": 1e-5, "clip": 4.0,
+                          "l2": 8.0, "epsilons": [5.0, 10.0, 15.0],
+                          "profiles": {"L/H": [5] * 5 + [15] * 5, "L/M/H": [5, 5, 5, 10, 10, 10, 10, 15, 15, 15]}},
+        "covertype": {"n_clients": 10, "rounds": 20, "batch": 2500, "test_size": 30000, "delta": 1e-5, "clip": 2.0,
+                      "l2": 4.0, "epsilons": [1.0, 5.0, 10.0],
+                      "profiles": {"L/H": [1] * 5 + [10] * 5, "L/M/H": [1, 1, 1, 5, 5, 5, 5, 10, 10, 10]}},
+    },
+}
+
+#: Section 5.2.2 / 5.3.2: accuracy (%) without noise and the gains (points) of B and C over A, per
+#: experiment ("<protocol> <dataset>"). "Accuracy" is the federated model's share of correctly classified
+#: samples (Section 5); the paper gives test-set sizes, so we read it as test accuracy. ε is per client,
+#: per coordinate (the paper's own label; Section 2 of the chapter gives the exact guarantee). A gain of
+#: None means the paper states there is none; a gain not listed is not reported (B, non-IID).
+_METRIC = "federated model accuracy (%), correctly classified share (Section 5; test set implied)"
+_GAIN = "accuracy gain (points) over aggregation A, averaged over the profiles in an unstated way"
+REPORTED = [
+    Reported(claim=f"{exp} {quantity}", value=value, metric=_METRIC if quantity == "no_noise" else _GAIN,
+             source="Section 5.2.2" if exp.startswith("iid") else "Section 5.3.2",
+             epsilon_unit="per client (its label; see the chapter for the exact guarantee)",
+             setting=(("experiment", exp), ("quantity", quantity)))
+    for exp, values in [("iid digits", {"no_noise": 88.7, "gain_B": 5.57, "gain_C": 11.28}),
+                        ("iid fashion_mnist", {"no_noise": 73.1, "gain_B": 3.04, "gain_C": 3.93}),
+                        ("iid covertype", {"no_noise": 49.0, "gain_B": 4.07, "gain_C": 10.90}),
+                        ("noniid digits", {"no_noise": 65.2, "gain_C": 6.97}),
+                        ("noniid fashion_mnist", {"no_noise": 49.8, "gain_C": 19.85}),
+                        ("noniid covertype", {"no_noise": 62.6, "gain_B": None, "gain_C": None})]
+    for quantity, value in values.items()
+]
+#: The paper's experiments as the chapter names them ("iid digits", ...), in the paper's order.
+EXPERIMENTS = list(dict.fromkeys(r.where["experiment"] for r in REPORTED))
+
+
+# ------------------------------------------------------------------------ σ and the client side
+#: Readings of the IID noise formula of Section 3.1, whose operators were lost in the text we have
+#: ("σ i = 4 q 2 R 1 q ( 2 ϵ i 2 l o g 1 δ i + 1 ϵ i )"); see :func:`paper_gaussian_sigma`.
+SIGMA_READINGS = ("sqrt_all", "bracket_outside")
+
+
+def paper_gaussian_sigma(epsilon: float, *, delta: float, q: float, rounds: int, reading: str = "sqrt_all") -> float:
+    """σ_i of Wu et al. (2023), Section 3.1 (after Abadi et al., CCS 2016), in one of two readings.
+
+    ``"sqrt_all"`` (adopted):  σ = 4 q sqrt( 2R / (1 - q) · (2 ln(1/δ) / ε² + 1/ε) ).
+    ``"bracket_outside"``:     σ = 4 q sqrt( 2R / (1 - q) ) · (2 ln(1/δ) / ε² + 1/ε).
+
+    Why the first: Abadi et al.'s moment bound for the sampled Gaussian mechanism (Lemma 3,
+    α(λ) <= q² λ(λ+1) / ((1 - q) σ²) per step), summed over R steps and combined with the tail bound
+    at λ = 2 ln(1/δ)/ε, requires σ² >= (2 R q² / (1 - q)) (2 ln(1/δ)/ε² + 1/ε): exactly the tokens of
+    the formula under one square root, up to the leading constant 4, which we keep as printed. The
+    second reading keeps the same tokens with the bracket outside the root (σ grows like 1/ε²).
+    Note that neither contains the clipping bound c: the formula is for unit sensitivity.
+    """
+    eps = real(epsilon, "epsilon", positive=True)
+    dl = real(delta, "delta", positive=True)
+    qq = real(q, "q", positive=True)
+    if not (0 < dl < 1):
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not (0 < qq < 1):
+        raise ValueError(f"q must be in (0, 1) for this formula (it divides by 1 - q), got {q}")
+    r = pos_int(rounds, "rounds")
+    bracket = 2.0 * math.log(1.0 / dl) / eps ** 2 + 1.0 / eps
+    if reading == "sqrt_all":
+        return 4.0 * qq * math.sqrt(2.0 * r / (1.0 - qq) * bracket)
+    if reading == "bracket_outside":
+        return 4.0 * qq * math.sqrt(2.0 * r / (1.0 - qq)) * bracket
+    raise ValueError(f"unknown reading {reading!r}; known: {SIGMA_READINGS}")
+
+
+# ------------------------------------------------------------------------------------ aggregation
+def _rho(sigmas: Sequence[float]) -> torch.Tensor:
+    s = torch.as_tensor([real(v, "sigma", positive=True) for v in sigmas], dtype=torch.float64)
+    if s.numel() == 0:
+        raise ValueError("sigmas must hold one value per client")
+    return 1.0 / s
+
+
+def inverse_sigma_weights(sigmas: Sequence[float]) -> torch.Tensor:
+    """α_i = ρ_i / Σ_j ρ_j with ρ_i = 1/σ_i (Wu et al. Section 4.1); sums to one."""
+    rho = _rho(sigmas)
+    return rho / rho.sum()
+
+
+def selection_probabilities(sigmas: Sequence[float]) -> torch.Tensor:
+    """P_i = ρ_i / Σ_j ρ_j (Wu et al. Section 4.2): the same numbers as the weights of B."""
+    return inverse_sigma_weights(sigmas)
+
+
+class WeightedBySigma:
+    """B: weighted mean Σ α_i G̃_i / Σ α_i, α_i ∝ 1/σ_i (Wu et al. Section 4.1), over the clients of the round.
+
+    ``sigmas`` holds σ_i for every client id (public: derived from the public ε_i).
+    """
+
+    def __init__(self, sigmas: Sequence[float]):
+        self.rho = _rho(sigmas)
+
+    def weights(self, client_ids: torch.Tensor) -> torch.Tensor:
+        r = self.rho[client_ids.cpu()]
+        return r / r.sum()
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
+        return self.weights(context.client_ids).to(payloads) @ payloads, {}
+
+    def __repr__(self) -> str:
+        return f"WeightedBySigma(n={self.rho.numel()})"
+
+
+class ProbabilitySelection:
+    """C: probability-based selection (Wu et al. Section 4.2).
+
+    P_i = ρ_i / Σ_j ρ_j over all N clients (computed once, before training). Each round the server
+    draws ω ~ U(0, 1) from ``context.server_generator`` and averages the clients with P_i > ω.
+    Because the P_i sum to one, every P_i <= 1 and often **no client passes** (probability
+    1 - max_i P_i per round). The paper does not say what happens then; ``on_empty`` decides:
+    ``"keep"`` (default) keeps the previous global model (the round is skipped), ``"all"`` averages
+    all clients (falls back to A). The metrics report ``clients_used``, how many clients were kept.
+    """
+
+    def __init__(self, sigmas: Sequence[float], *, on_empty: str = "keep"):
+        self.probabilities = selection_probabilities(sigmas)
+        self.on_empty = one_of(on_empty, "on_empty", ON_EMPTY)
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
+        g = context.server_generator
+        if g is None:
+            raise ValueError("ProbabilitySelection needs context.server_generator (the server's ω draw)")
+        omega = torch.rand((), generator=g, dtype=torch.float64, device=g.device).item()
+        keep = self.probabilities[context.client_ids.cpu()] > omega
+        used = {"clients_used": int(keep.sum())}
+        if not bool(keep.any()):
+            if self.on_empty == "keep":
+                return context.global_vector.to(payloads).clone(), used
+            return payloads.mean(dim=0), used
+        return payloads[keep.to(payloads.device)].mean(dim=0), used
+
+    def __repr__(self) -> str:
+        return f"ProbabilitySelection(n={self.probabilities.numel()}, on_empty={self.on_empty!r})"
+
+
+class SignOf:
+    """Non-IID server rule: W = sign(f(G̃_1, ..., G̃_N)) (Wu et al. Section 3.2, Algorithm 2 line 7); sign(0) = 0."""
+
+    def __init__(self, aggregator: Any):
+        self.aggregator = aggregator
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
+        vec, metrics = self.aggregator(payloads, context=context)
+        return torch.sign(vec), metrics
+
+    def __repr__(self) -> str:
+        return f"SignOf({self.aggregator!r})"
+
+
+class PersonalizedPerturbation:
+    """Client-side privatizer with one mechanism per client id (personalized ε_i); ``None`` = no noise.
+
+    Every payload is clipped to [-clip, clip] first (Algorithm 1), then row i (client
+    ``context.client_ids[i]``) goes through ``mechanisms[id]`` with ``context.generators[i]``. With ``sign``
+    (non-IID protocol, Algorithm 2) a client without a mechanism sends sign(G). :meth:`guarantee` is each
+    client's mechanism's (per coordinate per round; None for a client without noise).
+    """
+
+    def __init__(self, mechanisms: Sequence[Optional[Mechanism]], *, clip: float, sign: bool = False):
+        self.mechanisms = list(mechanisms)
+        self.clip = real(clip, "clip", positive=True)
+        self.sign = bool(sign)
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        clipped = payloads.clamp(-self.clip, self.clip)
+        out = clipped.clone()
+        for row, (cid, g) in enumerate(zip(context.client_ids.tolist(), context.generators)):
+            mech = self.mechanisms[cid]
+            if mech is not None:
+                out[row] = mech.privatize(clipped[row], generator=g)
+            elif self.sign:
+                out[row] = torch.sign(clipped[row])
+        return out
+
+    def guarantee(self, context: RoundContext) -> list[Optional[Guarantee]]:
+        return [None if self.mechanisms[c] is None else self.mechanisms[c].guarantee for c in context.client_ids.tolist()]
+
+    def __repr__(self) -> str:
+        return f"PersonalizedPerturbation({len(self.mechanisms)} clients, clip={self.clip:g}, sign={self.sign})"
+
+
+# ------------------------------------------------------------------------------------- the data
+@dataclass
+class Experiment:
+    """Data of one (protocol, dataset) experiment: a fixed train/test split and a partition per seed."""
+
+    name: str
+    protocol: str  # "iid" or "noniid"
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    setting: Mapping[str, Any]
+    dirichlet_alpha: float = 0.5
+    notes: list = field(default_factory=list)
+    data_seed: int = 0
+
+    def partition(self, seed: int) -> list[torch.Tensor]:
+        n = int(self.setting["n_clients"])
+        if self.protocol == "iid":
+            return _p.iid(len(self.y_train), n, seed=seed)
+        return _p.dirichlet(self.y_train, n, alpha=self.dirichlet_alpha, seed=seed, num_classes=self.num_classes)
+
+    @property
+    def key(self) -> str:
+        """The experiment's name in tables: "<protocol> <dataset>", e.g. "iid digits"."""
+        return f"{self.protocol} {self.name}"
+
+
+def load_experiment(dataset: str, protocol: str, setting: Mapping[str, Any], *, train_size: Optional[int] = None,
+                    test_size: Optional[int] = None, dirichlet_alpha: float = 0.5, data_seed: int = 0) -> Experiment:
+    """The data of Wu et al.'s experiment on ``dataset`` ("digits", "fashion_mnist", "covertype", or
+    "mnist" = real MNIST under the digits protocol, our extension), split once with ``data_seed``.
+
+    Feature scales (the paper does not state them; c and σ are in weight units, so they matter):
+    digits keep scikit-learn's raw pixel values 0..16; Fashion-MNIST uses pixel / 255; MNIST uses
+    pixel / 255 * 16 (the digits' range, so the digits protocol means the same thing); Covertype uses
+    our loader's standardised numeric columns and 0/1 indicator columns; "covertype_raw" is the same
+    split with the 10 numeric columns as UCI ships them (metres, degrees, index values; a check of
+    how much the unstated scaling matters). Sizes: IID train = N / δ
+    (one client holds 1/δ samples, as δ_i = 1/|D_i|) unless ``train_size``; non-IID train = 4 x test
+    (not given by the paper: ours) unless ``train_size``.
+    """
+    one_of(protocol, "protocol", PROTOCOLS)
+    s = dict(setting)
+    notes = []
+    n_test = int(test_size or s["test_size"])
+    g = generator(data_seed, "wu", "covertype" if dataset == "covertype_raw" else dataset, protocol, "split")
+    if dataset == "digits":
+        x, y = _d.load_digits_raw()
+        x = x.reshape(len(x), -1) * 16.0
+        if n_test >= len(y):
+            notes.append(f"the paper's test set of {n_test} exceeds the 1,797 digits; we use 300 (as in the IID runs)")
+            n_test = 300
+        perm = torch.randperm(len(y), generator=g)
+        te, tr = perm[:n_test], perm[n_test:]
+        if train_size is not None:
+            tr = tr[:train_size]
+        xtr, ytr, xte, yte, k = x[tr], y[tr], x[te], y[te], 10
+    elif dataset in ("fashion_mnist", "mnist"):
+        ds = _d.load_dataset(dataset, normalize=False)
+        scale = 16.0 if dataset == "mnist" else 1.0
+        n_tr = train_size or (int(s["n_clients"] * round(1 / s["delta"])) if protocol == "iid" else 4 * n_test)
+        tr = torch.randperm(len(ds.y_train), generator=g)[:n_tr]
+        te = torch.randperm(len(ds.y_test), generator=g)[:n_test]
+        xtr, ytr = ds.x_train[tr].reshape(len(tr), -1) * scale, ds.y_train[tr]
+        xte, yte = ds.x_test[te].reshape(len(te), -1) * scale, ds.y_test[te]
+        k = ds.num_classes
+    elif dataset in ("covertype", "covertype_raw"):
+        ds = _d.load_dataset("covertype")
+        x, y = torch.cat([ds.x_train, ds.x_test]), torch.cat([ds.y_train, ds.y_test])
+        if dataset == "covertype_raw":  # undo the loader's standardisation of the 10 numeric columns
+            n_num = len(ds.info["num_mean"])
+            x = x.clone()
+            x[:, :n_num] = (x[:, :n_num].double() * torch.tensor(ds.info["num_std"], dtype=torch.float64)
+                            + torch.tensor(ds.info["num_mean"], dtype=torch.float64)).round().to(x.dtype)  # UCI: integers
+        n_tr = train_size or int(s.get("train_size", 500_000))
+        perm = torch.randperm(len(y), generator=g)
+        te, tr = perm[:n_test], perm[n_test:n_test + n_tr]
+        xtr, ytr, xte, yte, k = x[tr], y[tr], x[te], y[te], ds.num_classes
+    else:
+        raise ValueError(f"unknown dataset {dataset!r} for Wu et al.; known: digits, fashion_mnist, covertype, "
+                         "covertype_raw, mnist")
+    return Experiment(name=dataset, protocol=protocol, x_train=xtr.double(), y_train=ytr, x_test=xte.double(),
+                      y_test=yte, num_classes=k, setting=s, dirichlet_alpha=dirichlet_alpha, notes=notes,
+                      data_seed=data_seed)
+
+
+def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, setting: Mapping[str, Any], *,
+                      reading: str = "sqrt_all") -> list:
+    """One mechanism per client: IID Gaussian with the paper's σ_i (``reading``), non-IID LdpSign; None = no noise."""
+    out = []
+    for e in epsilons:
+        if e is None:
+            out.append(None)
+        elif protocol == "iid":
+            sig = paper_gaussian_sigma(e, delta=setting["delta"], q=setting["q"], rounds=setting["rounds"], reading=reading)
+            out.append(Gaussian.with_sigma(sigma=sig, delta=setting["delta"], radius=setting["clip"]))
+        else:
+            out.append(LdpSign(epsilon=e, delta=setting["delta"], l2_sensitivity=setting["l2"], radius=setting["clip"]))
+    return out
+
+
+def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, setting: Mapping[str, Any], *,
+                      reading: str = "sqrt_all") -> list:
+    """One mechanism per client: IID Gaussian with the paper's σ_i (``reading``), non-IID LdpSign; None = no noise."""
+    out = []
+    for e in epsilons:
+        if e is None:
+            out.append(None)
+        elif protocol == "iid":
+            sig = paper_gaussian_sigma(e, delta=setting["delta"], q=setting["q"], rounds=setting["rounds"], reading=reading)
+            out.append(Gaussian.with_sigma(sigma=sig, delta=setting["delta"], radius=setting["clip"]))
+        else:
+            out.append(LdpSign(epsilon=e, delta=setting["delta"], l2_sensitivity=setting["l2"], radius=setting["clip"]))
+    return out
+
+
+def grid_scenarios(setting: Mapping[str, Any], *, aggregations: Sequence[str] = AGGREGATIONS) -> list[tuple]:
+    """The paper's grid as (scenario, label, ε per client, aggregation): no noise and every client at each ε
+    of ``setting["epsilons"]`` with A (non-personalized), then every profile with each aggregation."""
+    n = int(setting["n_clients"])
+    scenarios = [("non-personalized", "no noise", [None] * n, "A")]
+    scenarios += [("non-personalized", f"all ε = {e:g}", [e] * n, "A") for e in setting["epsilons"]]
+    scenarios += [("personalized", name, list(prof), a) for name, prof in setting["profiles"].items() for a in aggregations]
+    return scenarios
+
+
+# ------------------------------------------------------------------------------------- typed runs
+@dataclass(frozen=True, kw_only=True)
+class WuRun(RunConfig):
+    """One run of Wu et al.'s grid: an experiment (protocol, data set and its split), one privacy profile
+    (``epsilons``: ε_i per client, None = no noise) and one aggregation (A, B or C).
+
+    ``delta``, ``q`` (IID sampling probability; 1 for non-IID), ``clip`` (c) and ``l2`` (Δ2, non-IID) are
+    the paper's setting; ``reading`` the reading of the IID σ formula; ``on_empty`` what C does when no
+    client passes; ``n_train`` / ``n_test`` / ``data_seed`` / ``dirichlet_alpha`` fix the data split
+    (:func:`load_experiment`); ``local_passes`` and ``alpha`` the local per-sample SGD.
+    """
+
+    kind: ClassVar[str] = "wu2023"
+
+    protocol: str
+    scenario: str
+    profile: str
+    epsilons: tuple[Optional[float], ...]
+    aggregation: str
+    delta: float
+    clip: float
+    n_train: int
+    n_test: int
+    q: float = 1.0
+    l2: Optional[float] = None
+    reading: str = "sqrt_all"
+    on_empty: str = "keep"
+    data_seed: int = 0
+    dirichlet_alpha: Optional[float] = None
+    local_passes: int = 1
+    alpha: float = 1e-4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self.protocol, "protocol", PROTOCOLS)
+        one_of(self.scenario, "scenario", ("non-personalized", "personalized"))
+        one_of(self.aggregation, "aggregation", AGGREGATIONS)
+        one_of(self.reading, "reading", SIGMA_READINGS)
+        one_of(self.on_empty, "on_empty", ON_EMPTY)
+        if len(self.epsilons) != self.n_clients:
+            raise ValueError(f"epsilons must hold one ε per client ({self.n_clients}), got {len(self.epsilons)}")
+        if self.protocol == "noniid" and (self.l2 is None or self.dirichlet_alpha is None):
+            raise ValueError("the non-IID protocol needs l2 (Δ2 of ldpsign) and dirichlet_alpha")
+        self.mechanisms()  # validates every ε with its mechanism's checks
+
+    @property
+    def experiment(self) -> str:
+        return f"{self.protocol} {self.dataset}"
+
+    def setting(self) -> dict:
+        """What :func:`client_mechanisms` and :func:`load_experiment` read."""
+        return {"n_clients": self.n_clients, "rounds": self.rounds, "delta": self.delta, "q": self.q,
+                "clip": self.clip, "l2": self.l2, "test_size": self.n_test}
+
+    def mechanisms(self) -> list:
+        return client_mechanisms(self.epsilons, self.protocol, self.setting(), reading=self.reading)
+
+    def aggregator(self) -> Any:
+        mechs = self.mechanisms()
+        if self.aggregation == "A":
+            agg = mean_aggregator
+        elif self.aggregation == "B":
+            agg = WeightedBySigma([m.sigma for m in mechs])
+        else:
+            agg = ProbabilitySelection([m.sigma for m in mechs], on_empty=self.on_empty)
+        return SignOf(agg) if self.protocol == "noniid" else agg
+
+    def labels(self) -> dict:
+        """The run's labels in a history: experiment, kind, profile, aggregation, seed, reading."""
+        return {"experiment": self.experiment, "kind": self.scenario, "profile": self.profile,
+                "aggregation": self.aggregation, "seed": self.seed, "reading": self.reading}
+
+    def label(self) -> str:
+        return f"{self.experiment}, {self.profile}, {self.aggregation}, seed {self.seed}"
+
+    def group_key(self) -> Any:
+        """Every run of one experiment (all profiles, aggregations and seeds) is trained together."""
+        return self.replace(scenario="non-personalized", profile="", epsilons=(None,) * self.n_clients,
+                            aggregation="A", seed=0)
+
+    def load_data(self) -> "Experiment":
+        return load_experiment(self.dataset, self.protocol, self.setting(), train_size=self.n_train,
+                               test_size=self.n_test, dirichlet_alpha=self.dirichlet_alpha or 0.5,
+                               data_seed=self.data_seed)
+
+    @classmethod
+    def train_group(cls, configs: Sequence["WuRun"], *, runner: Any) -> list[pd.DataFrame]:
+        first = configs[0]
+        exp = runner.memo(("wu2023", first.group_key()), first.load_data)
+        if (len(exp.y_train), len(exp.y_test)) != (first.n_train, first.n_test):
+            raise ValueError(f"{first.experiment}: the data split has {len(exp.y_train)} / {len(exp.y_test)} samples, "
+                             f"the runs say {first.n_train} / {first.n_test}")
+        dim = exp.x_train.reshape(len(exp.x_train), -1).shape[1]
+        model = LogisticRegression(input_shape=(dim,), num_classes=exp.num_classes).double()
+        zeros = torch.zeros(exp.num_classes * (dim + 1), dtype=torch.float64)  # the global model starts at 0 (Section 3)
+        runs = [Run(seed=c.seed, partition=exp.partition(c.seed), initial=zeros, aggregator=c.aggregator(),
+                    privatizer=PersonalizedPerturbation(c.mechanisms(), clip=c.clip, sign=c.protocol == "noniid"))
+                for c in configs]
+        config = FLConfig(rounds=first.rounds, trainer=PerSampleSGD(passes=first.local_passes, alpha=first.alpha,
+                                                                   q=first.q if first.protocol == "iid" else 1.0),
+                          client_fraction=1.0, send="weights", device=runner.device, progress=runner.progress,
+                          desc=first.experiment, divergence_factor=None)
+        res = simulate(config, runs, model=model, x_train=exp.x_train.reshape(len(exp.x_train), -1),
+                       y_train=exp.y_train, x_test=exp.x_test.reshape(len(exp.x_test), -1), y_test=exp.y_test)
+        return [h.drop(columns="run").reset_index(drop=True) for _, h in res.history.groupby("run", sort=True)]
+
+
+def configs(exp: "Experiment", seeds: Sequence[int], *, reading: str = "sqrt_all", on_empty: str = "keep",
+            local_passes: int = 1, alpha: float = 1e-4, rounds: Optional[int] = None,
+            aggregations: Sequence[str] = AGGREGATIONS) -> list[WuRun]:
+    """The paper's grid for one experiment (:func:`grid_scenarios`), for every seed, as typed runs."""
+    s = exp.setting
+    out = []
+    for seed in seeds:
+        for scenario, label, eps, agg in grid_scenarios(s, aggregations=aggregations):
+            out.append(WuRun(
+                paper="wu2023", dataset=exp.name, model="ovr_logreg", n_clients=int(s["n_clients"]),
+                rounds=int(rounds if rounds is not None else s["rounds"]), seed=seed, protocol=exp.protocol,
+                scenario=scenario, profile=label, epsilons=tuple(eps), aggregation=agg, delta=s["delta"],
+                clip=s["clip"], n_train=len(exp.y_train), n_test=len(exp.y_test),
+                q=float(s.get("q", 1.0)) if exp.protocol == "iid" else 1.0,
+                l2=s.get("l2") if exp.protocol == "noniid" else None, reading=reading, on_empty=on_empty,
+                data_seed=exp.data_seed, dirichlet_alpha=exp.dirichlet_alpha if exp.protocol == "noniid" else None,
+                local_passes=local_passes, alpha=alpha))
+    return out
+
+
+def histories(records: Sequence[RunRecord]) -> pd.DataFrame:
+    """The per-round histories of Wu runs, with their labels (:meth:`WuRun.labels`), the run's n_train,
+    n_test, rounds, local_passes, on_empty, and the record's commit, date and training seconds."""
+    out = []
+    for rec in records:
+        c = rec.config
+        if not isinstance(c, WuRun):
+            raise ValueError(f"{rec.path or c} is not a Wu et al. run")
+        prov = rec.provenance
+        out.append(rec.history.assign(**c.labels(), n_train=c.n_train, n_test=c.n_test, rounds=c.rounds,
+                                      local_passes=c.local_passes, on_empty=c.on_empty, commit=prov.get("commit"),
+                                      date=prov.get("date"), train_seconds=prov.get("seconds")))
+    if not out:
+        return pd.DataFrame()
+    return pd.concat(out, ignore_index=True)
+
+
+def run_experiment(runner: Any, exp: "Experiment", seeds: Sequence[int], **kw: Any) -> pd.DataFrame:
+    """Train (or load, through the runner's cache) the paper's grid for ``exp`` and every seed; the labelled
+    history (:func:`histories`), in grid order. ``kw`` goes to :func:`configs`."""
+    return histories(runner.run_all(configs(exp, seeds, **kw)))
+
+
+def load_runs(directory: Any) -> pd.DataFrame:
+    """Every Wu et al. run stored in ``directory``: :func:`histories` of the records (file order)."""
+    records = load_records(directory)
+    if not records:
+        raise FileNotFoundError(f"no stored runs in {directory}; make reproduce CHAPTER=personalized_ldp_fl writes them")
+    return histories(records)
+
+
+def final_rounds(history: pd.DataFrame) -> pd.DataFrame:
+    """The last round of every run of a history: the rows whose round is the largest of their experiment
+    (of the whole history without that column)."""
+    if "experiment" in history:
+        last = history.groupby("experiment")["round"].transform("max")
+    else:
+        last = history["round"].max()
+    return history[history["round"] == last].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------- paper vs ours
+def compare(final: pd.DataFrame) -> pd.DataFrame:
+    """Wu et al.'s reported no-noise accuracy and gains of B and C over A next to ours, per experiment.
+
+    ``final``: the last round of every run (columns experiment "iid digits" etc., kind, profile,
+    aggregation, seed, accuracy in [0, 1]). The paper does not say how it averages a gain over
+    profiles; ours is the **paired** difference B - A (C - A) of runs with the same seed and profile,
+    averaged over the profiles, then mean ± sample std over seeds. "exceeds spread" is "yes" when
+    |mean| > std (needs at least two seeds, else "1 seed"). Rows follow :data:`EXPERIMENTS`.
+    """
+    need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
+    if not need <= set(final.columns):
+        raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
+    present = set(final["experiment"])
+    unknown = sorted(present - set(EXPERIMENTS))
+    if unknown:
+        raise ValueError(f"no reported numbers for experiment(s) {unknown}; known: {EXPERIMENTS}")
+    rows = []
+    for key in [k for k in EXPERIMENTS if k in present]:  # the paper's order, whatever the order of the runs
+        proto = key.split()[0]
+        rep = {r.where["quantity"]: r for r in REPORTED if r.where["experiment"] == key}
+        f = final[final["experiment"] == key]
+        nn = 100 * f[f["profile"] == "no noise"]["accuracy"]
+        rows.append({"experiment": key, "quantity": "no-noise accuracy (%)", "paper": rep["no_noise"].value,
+                     "ours": mean_std(nn, count=False), "exceeds spread": ""})
+        pers = f[f["kind"] == "personalized"].pivot_table(index=["profile", "seed"], columns="aggregation",
+                                                           values="accuracy")
+        for agg in ("B", "C"):
+            stated = rep.get(f"gain_{agg}")
+            claim = "not reported" if stated is None else ("none (no gain)" if stated.value is None else stated.value)
+            if agg not in pers or "A" not in pers:
+                rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
+                             "ours": "not run", "exceeds spread": ""})
+                continue
+            gain = 100 * (pers[agg] - pers["A"]).groupby("seed").mean()  # averaged over profiles, per seed
+            spread = "1 seed" if len(gain) < 2 else ("yes" if abs(gain.mean()) > gain.std() else "no")
+            rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
+                         "ours": mean_std(gain, fmt="+.1f", count=False), "exceeds spread": spread})
+    return pd.DataFrame(rows)
+

@@ -1,0 +1,66 @@
+"""Where and with what a result was computed: code commit, device (CPU model or GPU name), torch version.
+
+Every stored run record carries :func:`provenance` (``ldptut.runcache``), and every chapter prints
+:func:`machine_summary` at the top, so a reader can tell which code on which machine produced a number.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+__all__ = ["package_commit", "cpu_model", "device_name", "machine_summary", "provenance"]
+
+
+def package_commit() -> str:
+    """The git commit of the ldptut source tree ('<sha>' or '<sha>-dirty'), or 'unknown' outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ldptut"], cwd=root, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("-dirty" if dirty else "")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else ``platform.processor()``), or the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: Any = "cpu") -> str:
+    """'cpu: <CPU model>, <n> cores' or 'cuda: <GPU name>' for the torch device a run used."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(dev)}"
+    return f"{dev.type}: {cpu_model()}, {os.cpu_count()} cores"
+
+
+def machine_summary() -> str:
+    """One line naming the machine (architecture, CPU cores, torch version, GPU if any)."""
+    return (f"{platform.machine()} with {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+            f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}")
+
+
+def provenance(*, device: Any = "cpu", seconds: Optional[float] = None) -> dict:
+    """The provenance of a result computed now: commit, UTC date, device, torch version, wall seconds."""
+    out = {"commit": package_commit(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "device": device_name(device), "torch": torch.__version__}
+    if seconds is not None:
+        out["seconds"] = round(float(seconds), 1)
+    return out

@@ -1,0 +1,179 @@
+"""Tests for ldptut.accounting: units of epsilon, composition, exact Gaussian calibration, shuffling bound."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ldptut import accounting
+from ldptut.accounting import PER_COORDINATE, Guarantee, Unit, compose_sequential, epsilon_table, shuffle_amplification
+from ldptut.mechanisms import Gaussian, LdpSign, TwoPoint
+
+
+# ---- composition --------------------------------------------------------------------------------
+def test_compose_sequential():
+    assert compose_sequential([0.5, 1.0, 1.5]) == (3.0, 0.0)
+    eps, delta = compose_sequential([0.1] * 10, [1e-6] * 10)
+    assert eps == pytest.approx(1.0, abs=1e-15) and delta == pytest.approx(1e-5, abs=1e-20)
+    assert compose_sequential(torch.tensor([1.0, 2.0])) == (3.0, 0.0)
+    assert compose_sequential([0.0, 2.0]) == (2.0, 0.0)  # a 0-DP step is allowed
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (([],), "epsilons"),
+        (([1.0, -0.1],), r"epsilons\[1\]"),
+        (([1.0, float("nan")],), r"epsilons\[1\]"),
+        (([float("inf")],), r"epsilons\[0\]"),
+        (([True],), r"epsilons\[0\]"),
+        ((1.0,), "epsilons"),
+        (([1.0, 1.0], [0.0]), "deltas"),
+        (([1.0], [1.5]), r"deltas\[0\]"),
+        (([1.0], [-1e-9]), r"deltas\[0\]"),
+    ],
+)
+def test_compose_sequential_validation(args, match):
+    with pytest.raises(ValueError, match=match):
+        compose_sequential(*args)
+
+
+def test_epsilon_table():
+    t = epsilon_table(0.5, d=1000, rounds=20)
+    assert list(t.index) == ["per coordinate", "per model per round", "per model over training"]
+    assert list(t["epsilon"]) == [0.5, 500.0, 10_000.0]
+    assert list(t["delta"]) == [0.0, 0.0, 0.0]
+    assert "unit" in t.columns and "composition" in t.columns
+    assert t.loc["per model per round", "unit"] == "per model (d = 1,000 coordinates) per round"
+    assert t.loc["per model over training", "unit"] == "per model (d = 1,000 coordinates) over 20 rounds"
+    with pytest.raises(ValueError, match="d"):
+        epsilon_table(0.5, d=0, rounds=20)
+    with pytest.raises(ValueError, match="rounds"):
+        epsilon_table(0.5, d=10, rounds=0)
+    with pytest.raises(ValueError, match="epsilon"):
+        epsilon_table(-0.5, d=10, rounds=1)
+
+
+# ---- units of epsilon -----------------------------------------------------------------------------
+def test_unit_strings_and_composition():
+    assert str(PER_COORDINATE) == "per coordinate per round"
+    assert str(Unit(coordinates=7)) == "per 7 coordinates per round"
+    u = PER_COORDINATE.compose(d=1_199_882)
+    assert u == Unit(coordinates=1_199_882, rounds=1, whole_model=True)
+    assert str(u.compose(rounds=10)) == "per model (d = 1,199,882 coordinates) over 10 rounds"
+    assert str(PER_COORDINATE.compose(rounds=3)) == "per coordinate over 3 rounds"
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="coordinates"):
+            Unit(coordinates=bad)
+
+
+def test_guarantee_compose_is_basic_for_pure_and_exact_for_gaussian():
+    g = TwoPoint(epsilon=0.5).guarantee
+    assert g == Guarantee(epsilon=0.5) and g.unit == PER_COORDINATE
+    assert g.compose(d=1000, rounds=20).epsilon == 10_000.0
+    assert str(g.compose(d=1000)) == "ε = 500 (δ = 0) per model (d = 1,000 coordinates) per round"
+    # Gaussian: d coordinates of sensitivity Δ and noise σ are one Gaussian mechanism with μ sqrt(d)
+    gm = Gaussian(epsilon=1.0, delta=1e-5, radius=1.0).guarantee
+    composed = gm.compose(d=100, rounds=4)
+    assert composed.mu == pytest.approx(gm.mu * 20)
+    assert composed.epsilon == pytest.approx(accounting.gaussian_epsilon(1e-5, gm.mu * 20), rel=1e-12)
+    assert composed.epsilon < 400 * gm.epsilon  # far below basic composition
+    assert composed.delta == 1e-5
+
+
+def test_guarantee_addition_is_sequential_composition():
+    per_round = TwoPoint(epsilon=1.0).guarantee.compose(d=10)
+    total = per_round + per_round + per_round
+    assert total == per_round.compose(rounds=3)
+    gm = Gaussian(epsilon=1.0, delta=1e-5, radius=1.0).guarantee
+    assert (gm + gm).mu == pytest.approx(math.sqrt(2) * gm.mu)
+    mixed = gm + Guarantee(epsilon=0.5, delta=1e-6)
+    assert mixed.mu is None and mixed.epsilon == pytest.approx(gm.epsilon + 0.5) and mixed.delta == pytest.approx(1.1e-5)
+    with pytest.raises(ValueError, match="different units"):
+        per_round + TwoPoint(epsilon=1.0).guarantee
+
+
+def test_guarantee_validation_and_calibration_note():
+    with pytest.raises(ValueError, match="epsilon"):
+        Guarantee(epsilon=-1.0)
+    with pytest.raises(ValueError, match="delta"):
+        Guarantee(epsilon=1.0, delta=1.5)
+    sign = LdpSign(epsilon=1.0, delta=1e-5, l2_sensitivity=2.0, radius=1.0)
+    assert str(sign.calibration) == "ε = 1 (δ = 1e-05) per coordinate per round, as calibrated by the paper"
+    assert sign.guarantee.delta == 0 and sign.guarantee.unit == PER_COORDINATE
+
+
+# ---- Gaussian accounting --------------------------------------------------------------------------
+def test_gaussian_delta_matches_numerical_privacy_loss():
+    """δ(ε) = ∫ max(0, f_0(y) - e^ε f_Δ(y)) dy, integrated numerically, for two inputs Δ apart."""
+    for sigma, delta_in, eps in [(1.0, 1.0, 0.5), (3.0, 2.0, 1.0), (0.7, 1.0, 2.0)]:
+        y = torch.linspace(-12 * sigma - 5, 12 * sigma + 5, 400_001, dtype=torch.float64)
+        f0 = torch.exp(-0.5 * (y / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+        f1 = torch.exp(-0.5 * ((y - delta_in) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+        numeric = torch.trapezoid(torch.clamp(f0 - math.exp(eps) * f1, min=0), y).item()
+        assert accounting.gaussian_delta(eps, delta_in / sigma) == pytest.approx(numeric, rel=1e-6, abs=1e-12)
+
+
+def test_gaussian_calibration_round_trip():
+    # Balle & Wang (2018), Table/Fig.: ε = 1, δ = 1e-5, Δ = 1 -> σ ≈ 3.73 (classical bound: 4.84)
+    s = accounting.gaussian_sigma(1.0, 1e-5, 1.0)
+    assert s == pytest.approx(3.7306, abs=1e-3)
+    assert accounting.gaussian_epsilon(1e-5, 1.0 / s) == pytest.approx(1.0, rel=1e-8)
+    assert accounting.gaussian_delta(1.0, 1.0 / s) == pytest.approx(1e-5, rel=1e-6)
+    assert accounting.compose_gaussian([3.0, 4.0]) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="delta"):
+        accounting.gaussian_sigma(1.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        accounting.gaussian_sigma(float("nan"), 1e-5, 1.0)
+
+
+# ---- amplification by shuffling (Feldman, McMillan, Talwar, FOCS 2021, Thm. 3.1) --------------------
+def _formula(e0: float, n: int, delta: float) -> float:
+    ee = math.exp(e0)
+    return math.log(1 + (ee - 1) / (ee + 1) * (8 * math.sqrt(ee * math.log(4 / delta)) / math.sqrt(n) + 8 * ee / n))
+
+
+def test_known_value():
+    assert shuffle_amplification(1.0, 10_000, 1e-5) == pytest.approx(_formula(1.0, 10_000, 1e-5), rel=1e-12)
+    assert shuffle_amplification(1.0, 10_000, 1e-5) == pytest.approx(0.19878337685, rel=1e-9)
+
+
+def test_monotone():
+    ns = [10_000, 30_000, 100_000, 1_000_000]
+    vals = [shuffle_amplification(1.0, n, 1e-6) for n in ns]
+    assert all(a > b for a, b in zip(vals, vals[1:]))
+    eps = [0.1, 0.5, 1.0, 2.0, 3.0]
+    vals = [shuffle_amplification(e, 100_000, 1e-6) for e in eps]
+    assert all(a < b for a, b in zip(vals, vals[1:]))
+
+
+def test_amplifies_for_large_n():
+    for e0 in (0.5, 1.0, 2.0):
+        assert shuffle_amplification(e0, 1_000_000, 1e-6) < e0 / 5
+
+
+def test_outside_range_raises():
+    with pytest.raises(ValueError, match="does not apply.*eps0.*n = 100"):
+        shuffle_amplification(0.5, 100, 1e-5)  # n too small for any eps0
+    limit = math.log(10_000 / (16 * math.log(2 / 1e-5)))
+    shuffle_amplification(limit, 10_000, 1e-5)
+    with pytest.raises(ValueError, match="does not apply"):
+        shuffle_amplification(limit + 1e-9, 10_000, 1e-5)
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((0.0, 1000, 1e-5), "eps0"),
+        ((math.nan, 1000, 1e-5), "eps0"),
+        ((1.0, 0, 1e-5), "n"),
+        ((1.0, 10.5, 1e-5), "n"),
+        ((1.0, 1000, 0.0), "delta"),
+        ((1.0, 1000, 1.0), "delta"),
+        ((1.0, 1000, math.nan), "delta"),
+    ],
+)
+def test_bad_inputs(args, match):
+    with pytest.raises(ValueError, match=match):
+        shuffle_amplification(*args)
