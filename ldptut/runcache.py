@@ -149,16 +149,19 @@ class RunCache:
         """Records of ``configs``: the stored ones loaded, the others trained together by ``train(missing)``
         (one history per config) and stored, each with provenance (its share of the wall time and how many
         runs were trained together)."""
-        records: dict[int, RunRecord] = {}
-        missing = []
-        for i, c in enumerate(configs):
+        records: dict[str, RunRecord] = {}
+        missing: dict[str, RunConfig] = {}  # one training per distinct configuration
+        for c in configs:
+            key = c.key()
+            if key in records or key in missing:
+                continue
             rec = self.load(c)
             if rec is None:
-                missing.append(i)
+                missing[key] = c
             else:
-                records[i] = rec
+                records[key] = rec
         if missing:
-            todo = [configs[i] for i in missing]
+            todo = list(missing.values())
             if not self.train:
                 where = self.directory if self.directory is not None else "memory"
                 raise RunCacheError(f"{len(todo)} run(s) are not stored in {where} and training is off "
@@ -168,12 +171,12 @@ class RunCache:
             seconds = time.perf_counter() - t0
             if len(histories) != len(todo):
                 raise ValueError(f"train returned {len(histories)} histories for {len(todo)} configurations")
-            for i, c, h in zip(missing, todo, histories):
+            for c, h in zip(todo, histories):
                 prov = _provenance(device=device, seconds=seconds / len(todo))
                 if len(todo) > 1:
                     prov["trained_together"] = len(todo)
-                records[i] = self.store(c, h, prov)
-        return [records[i] for i in range(len(configs))]
+                records[c.key()] = self.store(c, h, prov)
+        return [records[c.key()] for c in configs]
 
     def run(self, config: RunConfig, train: Callable[[], pd.DataFrame], *, device: Any = "cpu") -> RunRecord:
         """Load the run of ``config`` or call ``train()`` (returning its history) and store it."""

@@ -1,12 +1,15 @@
-"""Simulator: determinism, vectorised vs sequential equivalence, privatizer/aggregator plumbing, bad input."""
+"""The round engine: determinism, vectorised vs sequential equivalence, batches of runs, privatizer /
+aggregator plumbing, privacy accounting in the history, and bad input (checked before training)."""
 import math
 
 import pytest
 import torch
 
-from ldptut import fl, models
-from ldptut.mechanisms import TwoPoint
+from ldptut import fl, models, rng
+from ldptut.accounting import Guarantee, gaussian_epsilon
+from ldptut.mechanisms import Gaussian, TwoPoint
 from ldptut.rng import derive_seed, generator
+from ldptut.training import LocalSGD, OptimizerSpec, batch_schedule
 
 
 def _toy(n=1200, n_test=300, seed=0):
@@ -97,7 +100,7 @@ def test_training_learns_without_privacy():
 
 
 def test_batch_schedule_covers_each_sample_once_per_epoch():
-    s = fl.batch_schedule(10, epochs=3, batch_size=4, generator=generator(0, "t"))
+    s = batch_schedule(10, epochs=3, batch_size=4, generator=generator(0, "t"))
     assert s.shape == (9, 4)
     for e in range(3):
         block = s[3 * e:3 * e + 3].flatten()
@@ -142,8 +145,9 @@ def test_weighted_mean_uses_sample_counts():
     payloads = torch.tensor([[0.0, 1.0], [1.0, 3.0]])
     ctx = fl.RoundContext(round=1, client_ids=torch.arange(2), layout=None, global_vector=None, generators=[],
                           send="weights", num_samples=torch.tensor([1.0, 3.0]))
-    assert torch.allclose(fl.weighted_mean_aggregator(payloads, context=ctx), torch.tensor([0.75, 2.5]))
-    assert torch.allclose(fl.mean_aggregator(payloads, context=ctx), torch.tensor([0.5, 2.0]))
+    vec, metrics = fl.weighted_mean_aggregator(payloads, context=ctx)
+    assert torch.allclose(vec, torch.tensor([0.75, 2.5])) and metrics == {}
+    assert torch.allclose(fl.mean_aggregator(payloads, context=ctx)[0], torch.tensor([0.5, 2.0]))
 
 
 @pytest.mark.parametrize("kw,name", [
@@ -220,3 +224,134 @@ def test_fixed_range_clips_weights_outside_it():
     out = priv(big, context=ctx)
     se = math.sqrt(TwoPoint(epsilon=2.0, center=0.0, radius=0.075).variance(torch.tensor(0.075)).item() / big.numel())
     assert abs(out.mean().item() - 0.075) < 4 * se  # unbiased for the clipped value, not for 10
+
+
+# ---- batches of runs, streams, accounting ----------------------------------------------------------
+def _simulate(runs, rounds=2, **kw):
+    data = _toy()
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+    cfg = fl.FLConfig(rounds=rounds, trainer=LocalSGD(batch_size=32, optimizer=OptimizerSpec(lr=0.1)),
+                      progress=False, **kw)
+    parts = data.pop("partition")
+    runs = [fl.Run(partition=parts, **r) for r in runs]
+    return fl.simulate(cfg, runs, model=model, **data)
+
+
+def test_a_batch_of_runs_gives_each_run_its_own_numbers():
+    """Runs trained together (one simulate call) equal the same runs trained alone: the batch is bookkeeping."""
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.FixedRange(0.0, 0.5))
+    specs = [dict(seed=1, privatizer=priv), dict(seed=2), dict(seed=1, aggregator="mean")]
+    together = _simulate(specs, client_fraction=0.5)
+    for a, spec in enumerate(specs):
+        alone = _simulate([spec], client_fraction=0.5)
+        assert torch.equal(together.weights[a], alone.weights[0])
+        assert together.history[together.history.run == a]["accuracy"].tolist() == alone.history["accuracy"].tolist()
+
+
+def test_pair_generator_is_shared_by_the_pair_and_distinct_across_pairs_and_rounds():
+    draw = lambda g: torch.rand(4, generator=g)  # noqa: E731
+    assert torch.equal(draw(rng.pair_generator(0, 3, 5, 2)), draw(rng.pair_generator(0, 3, 2, 5)))
+    others = [rng.pair_generator(0, 4, 2, 5), rng.pair_generator(0, 3, 2, 6), rng.pair_generator(1, 3, 2, 5),
+              rng.pair_generator(0, 3, 2, 5, "other"), rng.client_generator(0, 3, 2, "shared")]
+    base = draw(rng.pair_generator(0, 3, 2, 5))
+    assert all(not torch.equal(base, draw(g)) for g in others)
+    with pytest.raises(ValueError, match="two different clients"):
+        rng.pair_generator(0, 1, 4, 4)
+    seen = {}
+
+    def spy(payloads, *, context):
+        seen["pair"] = draw(context.pair_generator(int(context.client_ids[1]), int(context.client_ids[0])))
+        seen["round"] = context.round
+        return payloads
+
+    _simulate([dict(seed=7, privatizer=spy)], rounds=1)
+    assert torch.equal(seen["pair"], draw(rng.pair_generator(7, 1, 0, 1)))
+
+
+def test_history_records_the_epsilon_spent_with_its_unit():
+    """Two-point at ε per coordinate: each round a client spends d·ε; with half the clients sampled per
+    round, the worst-off client's total is d·ε times the most rounds any client took part in."""
+    eps = 0.5
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=eps, range=fl.FixedRange(0.0, 0.5))
+    res = _simulate([dict(seed=4, privatizer=priv)], rounds=4, client_fraction=0.5)
+    d = res.layout.numel
+    h = res.history
+    assert (h["epsilon_round"] == d * eps).all() and (h["delta"] == 0).all()
+    counts = torch.zeros(8)
+    for r in range(1, 5):
+        counts[fl.sample_clients(8, 0.5, seed=4, round=r)] += 1
+        assert h.loc[h["round"] == r, "epsilon_total"].item() == pytest.approx(d * eps * counts.max().item())
+    g = res.guarantees[0]
+    assert isinstance(g, Guarantee) and g.epsilon == pytest.approx(d * eps * counts.max().item())
+    assert str(g.unit) == f"per model (d = {d:,} coordinates) over {int(counts.max())} rounds"
+    assert res.guarantees == [g] and "epsilon_round" not in _simulate([dict(seed=4)], rounds=1).history
+
+
+def test_gaussian_guarantees_compose_exactly_in_the_history():
+    class GaussianPerturbation:
+        def __init__(self):
+            self.mech = Gaussian(epsilon=2.0, delta=1e-5, radius=1.0)
+
+        def __call__(self, payloads, *, context):
+            return torch.stack([self.mech.privatize(p, g) for p, g in zip(payloads, context.generators)])
+
+        def guarantee(self, context):
+            return [self.mech.guarantee] * len(context.client_ids)
+
+    res = _simulate([dict(seed=0, privatizer=GaussianPerturbation())], rounds=3)
+    mu, d = GaussianPerturbation().mech.guarantee.mu, res.layout.numel
+    last = res.history.iloc[-1]
+    assert last["epsilon_total"] == pytest.approx(gaussian_epsilon(1e-5, mu * math.sqrt(3 * d)), rel=1e-9)
+    assert last["delta"] == 1e-5
+
+
+# ---- input checked before training (robustness defects of the architecture issue) -----------------
+def _bad(**changes):
+    data = _toy()
+    data.update(changes)
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+    return fl.run_fedavg(model, rounds=1, progress=False, **data)
+
+
+def test_mismatched_lengths_and_an_empty_test_set_are_named():
+    data = _toy()
+    with pytest.raises(ValueError, match="x_train has 1200 samples but y_train has 1199"):
+        _bad(y_train=data["y_train"][:-1])
+    with pytest.raises(ValueError, match="x_test is empty"):
+        _bad(x_test=data["x_test"][:0], y_test=data["y_test"][:0])
+
+
+def test_partition_indices_outside_the_data_are_named():
+    parts = _toy()["partition"]
+    with pytest.raises(ValueError, match=r"partition\[2\] holds sample index -1.*wrap around"):
+        _bad(partition=parts[:2] + [torch.tensor([-1, 3])] + parts[3:])
+    with pytest.raises(ValueError, match=r"partition\[0\] holds sample index 1200, outside 0..1199"):
+        _bad(partition=[torch.tensor([0, 1200])] + parts[1:])
+
+
+def test_labels_outside_the_models_classes_are_named():
+    y = _toy()["y_train"].clone()
+    y[5] = 7
+    with pytest.raises(ValueError, match="y_train holds label 7, outside 0..3"):
+        _bad(y_train=y)
+    with pytest.raises(ValueError, match="y_test must hold integer class labels"):
+        _bad(y_test=_toy()["y_test"].float())
+
+
+def test_a_privatizer_or_aggregator_of_the_wrong_kind_is_named():
+    with pytest.raises(ValueError, match="privatizer .*returned shape \\(8, 5\\).*must return the payloads' shape"):
+        _bad(privatizer=lambda p, *, context: p[:, :5])
+    with pytest.raises(ValueError, match="privatizer .*float64"):
+        _bad(privatizer=lambda p, *, context: p.double())
+    with pytest.raises(TypeError, match="must return \\(vector, metrics dict\\)"):
+        model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+        fl.run_fedavg(model, rounds=1, progress=False, aggregator=lambda p, *, context: p.mean(0), **_toy())
+
+
+def test_a_diverging_run_stops_with_its_round_and_learning_rate():
+    """Logistic regression with lr 10 and weight decay 0.25 (|1 - lr·wd| > 1): the test loss grows by orders
+    of magnitude each round; it used to run to the end silently."""
+    data = _toy()
+    model = models.build_model("logreg", input_shape=(1, 8, 8), num_classes=4, seed=0)
+    with pytest.raises(FloatingPointError, match=r"round \d+: training diverges, the test loss rose to .* \(learning rate 10 too large\?\)"):
+        fl.run_fedavg(model, rounds=8, lr=10.0, weight_decay=0.25, batch_size=32, progress=False, **data)

@@ -1,82 +1,166 @@
-"""ldptut.runcache: finished runs stored by configuration and loaded back unchanged."""
+"""Typed run configurations (ldptut.runconfig) and the run cache keyed by them (ldptut.runcache)."""
 import json
 import math
+import multiprocessing as mp
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from ldptut.runcache import RunCache, config_key, load_runs
+from ldptut.experiments import FedAvgRun
+from ldptut.fl import FixedRange, GlobalModelRange
+from ldptut.runcache import RunCache, RunCacheError, load_records, load_runs
+from ldptut.runconfig import config_from_dict
 
 
-class _Result:
-    def __init__(self, acc):
-        self.history = pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc], "loss": [2.3, 1 / 3]})
+def _cfg(**kw):
+    base = dict(paper="ldp_fl", dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03, seed=0)
+    return FedAvgRun(**{**base, **kw})
 
 
-def test_key_ignores_order_and_sees_every_value():
-    a = {"epsilon": 1.0, "seed": 0, "range": "FixedRange(center=0.0, radius=0.075)"}
-    assert config_key(a) == config_key(dict(reversed(list(a.items()))))
-    assert config_key(a) != config_key({**a, "seed": 1})
-    assert config_key(a) != config_key({**a, "epsilon": 1.0000001})
-    with pytest.raises(ValueError, match="NaN"):
-        config_key({"epsilon": math.nan})
-    with pytest.raises(TypeError, match="JSON scalars"):
-        config_key({"epsilon": object()})
+def _history(acc):
+    return pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc], "loss": [2.3, 1 / 3]})
 
 
+# ---- the typed configuration --------------------------------------------------------------------
+def test_values_are_normalised_before_hashing():
+    """lr=1 and lr=1.0 are one run; so are a list and a tuple, numpy and Python numbers."""
+    assert _cfg(lr=1) == _cfg(lr=1.0) and _cfg(lr=1).key() == _cfg(lr=1.0).key()
+    assert isinstance(_cfg(lr=1).lr, float)
+    assert _cfg(n_clients=np.int64(100), lr=np.float32(0.5)).key() == _cfg(n_clients=100, lr=0.5).key()
+    assert _cfg(n_clients=100.0).n_clients == 100 and isinstance(_cfg(n_clients=100.0).n_clients, int)
+    a = _cfg(mechanism="two_point", epsilon=1, range=FixedRange(0, 0.075))
+    assert a.key() == _cfg(mechanism="two_point", epsilon=1.0, range=FixedRange(0.0, 0.075)).key()
+    assert a.key() != _cfg(mechanism="two_point", epsilon=1.0, range=FixedRange(0.0, 0.0750001)).key()
+    assert a.key() != a.replace(seed=1).key() != a.replace(range=GlobalModelRange()).key()
+
+
+def test_bad_values_are_named():
+    with pytest.raises(ValueError, match="FedAvgRun.lr must be finite"):
+        _cfg(lr=math.nan)
+    with pytest.raises(ValueError, match="FedAvgRun.n_clients must be an integer"):
+        _cfg(n_clients=True)
+    with pytest.raises(ValueError, match="FedAvgRun.n_clients must be an integer"):
+        _cfg(n_clients=10.5)
+    with pytest.raises(ValueError, match="partition must be one of"):
+        _cfg(partition="shards")
+    with pytest.raises(ValueError, match="mechanism must be one of"):
+        _cfg(mechanism="exponential", epsilon=1.0, range=FixedRange())
+    with pytest.raises(ValueError, match="needs epsilon and range"):
+        _cfg(mechanism="two_point")
+    with pytest.raises(ValueError, match="epsilon must be finite and > 0"):
+        _cfg(mechanism="two_point", epsilon=-1.0, range=FixedRange())
+
+
+def test_round_trip_through_json_keeps_types_and_key():
+    a = _cfg(mechanism="two_point", epsilon=4.0, range=GlobalModelRange(margin=1.5), client_fraction=0.5)
+    doc = json.loads(json.dumps(a.to_dict()))
+    b = config_from_dict(doc)
+    assert b == a and b.key() == a.key() and isinstance(b.range, GlobalModelRange)
+    with pytest.raises(ValueError, match="unknown run configuration kind"):
+        config_from_dict({**doc, "kind": "nope"})
+    with pytest.raises(ValueError, match="no field"):
+        config_from_dict({**doc, "colour": "red"})
+
+
+def test_fields_at_their_default_are_not_part_of_the_key():
+    """A field added later with a default keeps every stored key: the key omits defaults."""
+    a = _cfg()
+    assert "momentum" not in a.to_dict(defaults=False) and "momentum" in a.to_dict()
+    assert a.key() == _cfg(momentum=0.0, weight_decay=0).key()
+
+
+# ---- the cache ----------------------------------------------------------------------------------
 def test_run_trains_once_then_loads_identical_history(tmp_path):
     cache = RunCache(tmp_path)
     calls = []
 
     def train():
         calls.append(1)
-        return _Result(0.9624)
+        return _history(0.9624)
 
-    cfg = {"epsilon": 1.0, "seed": 0}
-    first = cache.run(cfg, train)
-    second = cache.run(cfg, train)
+    first = cache.run(_cfg(), train)
+    second = RunCache(tmp_path).run(_cfg(), train)
     assert len(calls) == 1 and not first.loaded and second.loaded
     pd.testing.assert_frame_equal(first.history, second.history, check_exact=True)
-    assert second.final_accuracy == 0.9624 and second.provenance["commit"]
-    cache.run({"epsilon": 2.0, "seed": 0}, train)
+    assert second.final_accuracy == 0.9624 and second.config == _cfg()
+    prov = second.provenance
+    assert prov["commit"] and prov["device"].startswith("cpu: ") and prov["torch"] and prov["seconds"] >= 0
+    cache.run(_cfg(seed=1), train)
     assert len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 2
 
 
-def test_no_directory_always_trains(tmp_path):
+def test_without_directory_a_run_is_trained_once_per_session():
     cache = RunCache(None)
     calls = []
     for _ in range(2):
-        cache.run({"seed": 0}, lambda: calls.append(1) or _Result(0.5))
-    assert len(calls) == 2
+        cache.run(_cfg(), lambda: calls.append(1) or _history(0.5))
+    assert len(calls) == 1
 
 
-def test_file_with_another_configuration_is_an_error(tmp_path):
+def test_load_only_mode_refuses_to_train(tmp_path, monkeypatch):
+    with pytest.raises(RunCacheError, match="not stored .*training is off"):
+        RunCache(tmp_path, train=False).run(_cfg(), lambda: _history(0.5))
+    monkeypatch.setenv("LDPTUT_RUNS_LOAD_ONLY", "1")
+    with pytest.raises(RunCacheError, match="LDPTUT_RUNS_LOAD_ONLY"):
+        RunCache(tmp_path).run(_cfg(), lambda: _history(0.5))
+
+
+def _write_many(directory, seed, n):
+    cache = RunCache(directory)
+    for _ in range(n):
+        cache.store(_cfg(seed=seed), _history(0.5), {"commit": "x"})
+
+
+def test_two_writers_of_one_key_both_finish_with_a_valid_record(tmp_path):
+    """Every record used to go through the same <key>.tmp: two processes writing one key lost writes
+    (FileNotFoundError) and corrupted records. Now each writer has its own temporary file."""
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_write_many, args=(tmp_path, 0, 60)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert [p.exitcode for p in procs] == [0, 0]
+    records = load_records(tmp_path)
+    assert len(records) == 1 and records[0].config == _cfg(seed=0)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_corrupted_and_old_records_are_named(tmp_path):
     cache = RunCache(tmp_path)
-    cfg = {"seed": 0}
-    cache.run(cfg, lambda: _Result(0.5))
-    path = cache.path(cfg)
-    doc = json.loads(path.read_text())
-    doc["config"]["seed"] = 1
-    path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match="does not hold this configuration"):
-        cache.run(cfg, lambda: _Result(0.5))
+    rec = cache.run(_cfg(), lambda: _history(0.5))
+    text = rec.path.read_text()
+    rec.path.write_text(text[: len(text) // 2])  # an interrupted copy
+    with pytest.raises(RunCacheError, match=f"{rec.path.name} is not a readable run record.*corrupted"):
+        RunCache(tmp_path).load(_cfg())
+    rec.path.write_text(json.dumps({"format": 1, "key": rec.path.stem, "config": {}, "history": [{}]}))
+    with pytest.raises(RunCacheError, match="format 1, not 2.*migrate_runcache_v1.py"):
+        load_runs(tmp_path)
+    doc = json.loads(text)
+    doc["config"]["seed"] = 5  # edited by hand: no longer the file's key
+    rec.path.write_text(json.dumps(doc))
+    with pytest.raises(RunCacheError, match="renamed or edited by hand"):
+        load_records(tmp_path)
 
 
 def test_load_runs_lists_every_stored_run_with_its_final_accuracy(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    RunCache(a).run({"epsilon": 1.0, "seed": 0}, lambda: _Result(0.9))
-    RunCache(a).run({"epsilon": None, "seed": 0}, lambda: _Result(0.95))
-    RunCache(b).run({"epsilon": 1.0, "seed": 1}, lambda: _Result(0.8))
+    priv = dict(mechanism="two_point", epsilon=1.0, range=FixedRange(0.0, 0.075))
+    RunCache(a).run(_cfg(**priv), lambda: _history(0.9))
+    RunCache(a).run(_cfg(), lambda: _history(0.95))
+    RunCache(b).run(_cfg(seed=1, **priv), lambda: _history(0.8))
     runs = load_runs(a, b)
     assert len(runs) == 3 and set(runs["cache"]) == {a.as_posix(), b.as_posix()}
     got = runs.sort_values(["seed", "accuracy"])[["seed", "accuracy"]].to_numpy().tolist()
     assert got == [[0, 90.0], [0, 95.0], [1, 80.0]]
     assert runs["epsilon"].isna().sum() == 1 and runs["commit"].notna().all()
+    assert set(runs["range"].dropna()) == {"fixed"} and runs["config"].map(lambda c: c.range).iloc[0] is not None
 
 
 def test_load_runs_rejects_a_missing_directory_and_a_foreign_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_runs(tmp_path / "missing")
     (tmp_path / "x.json").write_text(json.dumps({"format": 99}))
-    with pytest.raises(ValueError, match="not a run record"):
+    with pytest.raises(RunCacheError, match="x.json is a run record of format 99"):
         load_runs(tmp_path)

@@ -503,7 +503,8 @@ class WuRun(RunConfig):
                           desc=first.experiment, divergence_factor=None)
         res = simulate(config, runs, model=model, x_train=exp.x_train.reshape(len(exp.x_train), -1),
                        y_train=exp.y_train, x_test=exp.x_test.reshape(len(exp.x_test), -1), y_test=exp.y_test)
-        return [h.drop(columns="run").reset_index(drop=True) for _, h in res.history.groupby("run", sort=True)]
+        return [h.drop(columns="run").dropna(axis=1, how="all").reset_index(drop=True)  # ε columns: noisy runs only
+                for _, h in res.history.groupby("run", sort=True)]
 
 
 def configs(exp: "Experiment", seeds: Sequence[int], *, reading: str = "sqrt_all", on_empty: str = "keep",

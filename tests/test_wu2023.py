@@ -1,5 +1,6 @@
-"""Wu et al. (2023) pieces: Gaussian and ldpsign mechanisms against their closed forms, exact Gaussian
-accounting, the paper's σ formula, scikit-learn's "optimal" schedule, aggregations A/B/C, the simulator."""
+"""ldptut.papers.wu2023 (Wu et al. 2023): Gaussian and ldpsign mechanisms against their closed forms, the
+paper's σ formula, scikit-learn's per-sample SGD (ldptut.training.PerSampleSGD), aggregations A/B/C, the
+grid as typed runs trained together by the round engine, stored runs, and paper vs ours."""
 from __future__ import annotations
 
 import math
@@ -10,9 +11,12 @@ import pytest
 import torch
 
 from ldptut import accounting, audits, fl, models, partition
-from ldptut import personalized as P
+from ldptut.experiments import Runner
 from ldptut.mechanisms import Gaussian, LdpSign
+from ldptut.papers import wu2023 as P
 from ldptut.rng import generator
+from ldptut.runcache import RunCache
+from ldptut.training import PerSampleSGD, _local_order, optimal_eta0, optimal_learning_rate
 
 N = 200_000
 
@@ -98,28 +102,37 @@ def test_paper_sigma_readings():
 # ------------------------------------------------------------------------------ sklearn schedule
 def test_optimal_schedule_formula():
     for alpha in (1e-4, 1e-3, 0.05):
-        eta0 = P.optimal_eta0(alpha)
+        eta0 = optimal_eta0(alpha)
         assert eta0 == pytest.approx(alpha ** -0.25)
-        assert P.optimal_learning_rate(1, alpha=alpha) == pytest.approx(eta0)
+        assert optimal_learning_rate(1, alpha=alpha) == pytest.approx(eta0)
         t0 = 1 / (alpha * eta0)
-        assert P.optimal_learning_rate(101, alpha=alpha) == pytest.approx(1 / (alpha * (t0 + 100)))
+        assert optimal_learning_rate(101, alpha=alpha) == pytest.approx(1 / (alpha * (t0 + 100)))
+
+
+def _one_run_simulation(x, y, *, partition, privatizer=None, aggregator=fl.mean_aggregator, rounds=2, alpha=1e-3,
+                        seed=4, q=1.0):
+    k, dim = int(y.max()) + 1, x.shape[1]
+    model = models.LogisticRegression(input_shape=(dim,), num_classes=k).double()
+    run = fl.Run(seed=seed, partition=partition, privatizer=privatizer, aggregator=aggregator,
+                 initial=torch.zeros(k * (dim + 1), dtype=torch.float64))
+    cfg = fl.FLConfig(rounds=rounds, trainer=PerSampleSGD(alpha=alpha, q=q), progress=False, divergence_factor=None)
+    return fl.simulate(cfg, [run], model=model, x_train=x, y_train=y, x_test=x, y_test=y)
 
 
 def test_local_training_equals_scikit_learn():
     """Two rounds of one client without noise = SGDClassifier(log_loss, 'optimal').partial_fit twice
-    on the same sample order: the schedule, the L2 shrinkage and the one-vs-rest updates agree."""
+    on the same sample order: the schedule, the L2 shrinkage, the one-vs-rest updates and the sample
+    counter carried from round to round (the trainer's persistent client state) agree."""
     from sklearn.linear_model import SGDClassifier
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(150, 6)) * 3
     y = rng.integers(0, 3, 150)
     part = [torch.arange(150)]
-    run = P.RunSpec(seed=4, partition=part, mechanisms=[None], aggregator=P.mean_aggregator, clip=1e9)
-    res = P.simulate([run], x_train=torch.tensor(X), y_train=torch.tensor(y), x_test=torch.tensor(X),
-                     y_test=torch.tensor(y), num_classes=3, rounds=2, alpha=1e-3, progress=False)
+    res = _one_run_simulation(torch.tensor(X), torch.tensor(y), partition=part)
     clf = SGDClassifier(loss="log_loss", learning_rate="optimal", alpha=1e-3, shuffle=False, max_iter=1, tol=None)
     for r in (1, 2):
-        order = P._local_order(part[0], q=1.0, passes=1, g=generator(4, "round", r, "client", 0, "sample")).numpy()
+        order = _local_order(part[0], q=1.0, passes=1, g=generator(4, "round", r, "client", 0, "sample")).numpy()
         clf.partial_fit(X[order], y[order], classes=[0, 1, 2])
     w = res.weights[0]
     # scikit-learn stores w as wscale * v, so float64 rounding differs at ~1e-8 relative; an off-by-one
@@ -129,9 +142,25 @@ def test_local_training_equals_scikit_learn():
     assert res.history["accuracy"].iloc[-1] == pytest.approx(clf.score(X, y))
 
 
+def test_per_sample_sgd_needs_a_linear_model_and_every_client():
+    x, y = torch.randn(40, 5, dtype=torch.float64), torch.arange(40) % 2
+    model = models.build_model("mlp", input_shape=(5,), num_classes=2).double()
+    cfg = fl.FLConfig(rounds=1, trainer=PerSampleSGD(), progress=False)
+    with pytest.raises(ValueError, match="linear model"):
+        fl.simulate(cfg, [fl.Run(seed=0, partition=[torch.arange(40)])], model=model, x_train=x, y_train=y,
+                    x_test=x, y_test=y)
+    with pytest.raises(ValueError, match="every client every round"):
+        fl.simulate(fl.FLConfig(rounds=1, trainer=PerSampleSGD(), client_fraction=0.5, progress=False),
+                    [fl.Run(seed=0, partition=[torch.arange(20), torch.arange(20, 40)])],
+                    model=models.LogisticRegression(input_shape=(5,), num_classes=2).double(),
+                    x_train=x, y_train=y, x_test=x, y_test=y)
+    with pytest.raises(ValueError, match="q must be in"):
+        PerSampleSGD(q=1.5)
+
+
 # ------------------------------------------------------------------------------ aggregation
 def _ctx(m, d=4, *, seed=0, r=1, glob=None):
-    layout = P.linear_layout(d - 1, 1)
+    layout = fl.ParamLayout.from_model(models.LogisticRegression(input_shape=(d - 1,), num_classes=1))
     return fl.RoundContext(round=r, client_ids=torch.arange(m), layout=layout,
                            global_vector=torch.zeros(d, dtype=torch.float64) if glob is None else glob,
                            generators=[generator(seed, i) for i in range(m)], send="weights",
@@ -144,8 +173,8 @@ def test_weighted_mean_b():
     assert w.sum().item() == pytest.approx(1.0)
     assert torch.allclose(w, torch.tensor([4 / 7, 2 / 7, 1 / 7], dtype=torch.float64))
     pay = torch.arange(12, dtype=torch.float64).reshape(3, 4)
-    out = P.WeightedBySigma(sig)(pay, context=_ctx(3))
-    assert torch.allclose(out, (w[:, None] * pay).sum(0))
+    out, metrics = P.WeightedBySigma(sig)(pay, context=_ctx(3))
+    assert torch.allclose(out, (w[:, None] * pay).sum(0)) and metrics == {}
     with pytest.raises(ValueError, match="sigma"):
         P.WeightedBySigma([1.0, 0.0])
 
@@ -162,7 +191,7 @@ def test_probability_selection_c():
     for r in range(1, 4001):
         ctx = _ctx(3, r=r, glob=glob)
         omega = torch.rand((), generator=generator(0, "round", r, "server"), dtype=torch.float64).item()
-        out = agg(pay, context=ctx)
+        out, metrics = agg(pay, context=ctx)
         keep = agg.probabilities > omega
         counts += keep
         if keep.any():
@@ -170,7 +199,7 @@ def test_probability_selection_c():
         else:
             empty += 1
             assert torch.equal(out, glob)  # on_empty="keep": the previous global model
-        assert agg.selected[-1] == int(keep.sum())
+        assert metrics == {"clients_used": int(keep.sum())}
     # each client is kept with probability P_i (ω uniform): 5 binomial standard errors
     p = agg.probabilities.float()
     assert bool(((counts / 4000 - p).abs() <= 5 * torch.sqrt(p * (1 - p) / 4000)).all())
@@ -180,7 +209,7 @@ def test_probability_selection_c():
     for r in range(1, 200):
         omega = torch.rand((), generator=generator(0, "round", r, "server"), dtype=torch.float64).item()
         if omega >= 1 / 3:
-            assert torch.allclose(allagg(pay, context=_ctx(3, r=r)), pay.mean(0))
+            assert torch.allclose(allagg(pay, context=_ctx(3, r=r))[0], pay.mean(0))
             break
     with pytest.raises(ValueError, match="on_empty"):
         P.ProbabilitySelection(sig, on_empty="skip")
@@ -192,10 +221,12 @@ def test_probability_selection_c():
 
 def test_sign_aggregation():
     pay = torch.tensor([[1.0, -1.0, 1.0, -1.0], [1.0, 1.0, -1.0, -1.0]], dtype=torch.float64)
-    out = P.SignOf(P.mean_aggregator)(pay, context=_ctx(2))
+    out, _ = P.SignOf(fl.mean_aggregator)(pay, context=_ctx(2))
     assert out.tolist() == [1.0, 0.0, 0.0, -1.0]
-    out = P.SignOf(P.WeightedBySigma([1.0, 2.0]))(pay, context=_ctx(2))  # client 0 weighs twice
+    out, _ = P.SignOf(P.WeightedBySigma([1.0, 2.0]))(pay, context=_ctx(2))  # client 0 weighs twice
     assert out.tolist() == [1.0, -1.0, 1.0, -1.0]
+    out, metrics = P.SignOf(P.ProbabilitySelection([1.0, 1e-9]))(pay, context=_ctx(2))  # keeps client 1 only
+    assert out.tolist() == [1.0, 1.0, -1.0, -1.0] and metrics == {"clients_used": 1}
 
 
 def test_aggregators_plug_into_run_fedavg():
@@ -207,101 +238,57 @@ def test_aggregators_plug_into_run_fedavg():
     mechs = [Gaussian(epsilon=e, delta=1e-3, radius=1.0) for e in (1.0, 5.0, 10.0)]
     sel = P.ProbabilitySelection([m.sigma for m in mechs])
     res = fl.run_fedavg(model, x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test,
-                        partition=parts, rounds=3, lr=0.1, privatizer=P.PersonalizedPerturbation(mechs),
+                        partition=parts, rounds=3, lr=0.1, privatizer=P.PersonalizedPerturbation(mechs, clip=1.0),
                         aggregator=sel, progress=False)
-    assert len(sel.selected) == 3 and len(res.history) == 3
+    assert len(res.history) == 3 and (res.history["clients_used"] <= 3).all()
+    # each client's own Gaussian guarantee, composed exactly over d coordinates and the rounds
+    d = res.layout.numel
+    worst = max(mechs, key=lambda m: m.guarantee.mu).guarantee
+    assert res.guarantees[0].epsilon == pytest.approx(worst.compose(d=d, rounds=3).epsilon, rel=1e-9)
 
 
-# ------------------------------------------------------------------------------ simulator
-def _digits_runs(seed=0):
-    from ldptut.data import load_digits_raw
-
-    x, y = load_digits_raw()
-    x = x.reshape(len(x), -1) * 16
-    parts = [torch.arange(i * 400, (i + 1) * 400) for i in range(3)]
-    mechs = [Gaussian.with_sigma(sigma=s, delta=1 / 400, radius=200.0) for s in (100.0, 20.0, 10.0)]
-    sig = [m.sigma for m in mechs]
-    runs = [P.RunSpec(seed=seed, partition=parts, mechanisms=mechs, aggregator=agg, clip=200.0, q=0.8)
-            for agg in (P.mean_aggregator, P.WeightedBySigma(sig), P.ProbabilitySelection(sig))]
-    return runs, dict(x_train=x[:1200], y_train=y[:1200], x_test=x[1200:], y_test=y[1200:], num_classes=10)
-
-
-def test_simulate_is_seeded_and_independent_of_batching():
-    runs, data = _digits_runs()
-    together = P.simulate(runs, rounds=3, progress=False, **data)
-    runs2, _ = _digits_runs()
-    alone = P.simulate([runs2[2]], rounds=3, progress=False, **data)
-    h1 = together.history[together.history.run == 2].reset_index(drop=True)
-    assert h1["accuracy"].tolist() == alone.history["accuracy"].tolist()
-    assert h1["clients_used"].tolist() == alone.history["clients_used"].tolist()
-    torch.testing.assert_close(together.weights[2], alone.weights[0], rtol=1e-10, atol=1e-8)
-    runs3, _ = _digits_runs(seed=1)
-    other = P.simulate([runs3[2]], rounds=3, progress=False, **data)
-    assert not torch.equal(other.weights[0], alone.weights[0])
-
-
-def test_simulate_rejects_bad_runs():
-    runs, data = _digits_runs()
-    bad = P.RunSpec(seed=0, partition=runs[0].partition[:2], mechanisms=runs[0].mechanisms[:2],
-                    aggregator=P.mean_aggregator, clip=1.0)
-    with pytest.raises(ValueError, match="same number of clients"):
-        P.simulate([runs[0], bad], rounds=1, progress=False, **data)
-    with pytest.raises(ValueError, match="q must be"):
-        P.simulate([P.RunSpec(seed=0, partition=runs[0].partition, mechanisms=runs[0].mechanisms,
-                              aggregator=P.mean_aggregator, clip=1.0, q=1.5)], rounds=1, progress=False, **data)
-    with pytest.raises(ValueError, match="runs"):
-        P.simulate([], rounds=1, progress=False, **data)
-
-
-def _small_digits_experiment():
-    from ldptut.reported import WU_SETTINGS
-
-    setting = {**WU_SETTINGS["iid"]["digits"], "rounds": 2, "epsilons": [1.0],
-               "profiles": {"{1,5,10}": [1, 5, 10]}}
+# ------------------------------------------------------------------------------ the grid as typed runs
+def _small_digits_experiment(**changes):
+    setting = {**P.SETTINGS["iid"]["digits"], "rounds": 2, "epsilons": [1.0],
+               "profiles": {"{1,5,10}": [1, 5, 10]}, **changes}
     return P.load_experiment("digits", "iid", setting, train_size=600)
 
 
-def test_run_grid_stores_one_record_per_seed_and_loads_the_same_history(tmp_path):
-    from ldptut.runcache import RunCache
-
+def test_grid_runs_are_typed_and_trained_together_with_the_same_numbers_as_alone(tmp_path):
     exp = _small_digits_experiment()
-    cache = RunCache(tmp_path)
-    trained = P.run_grid(exp, [0, 1], cache=cache, progress=False)
-    assert len(list(tmp_path.glob("*.json"))) == 2  # one record per seed
-    assert len(trained) == 2 * 5 * 2  # seeds x (no noise, ε = 1, profile with A/B/C) x rounds
-    loaded = P.run_grid(exp, [0, 1], cache=cache, progress=False)
-    pd.testing.assert_frame_equal(trained, loaded)
-    together = P.run_grid(exp, [0, 1], progress=False)  # no cache: both seeds in one simulation
+    configs = P.configs(exp, [0, 1])
+    assert len(configs) == 2 * 5 and all(isinstance(c, P.WuRun) for c in configs)
+    assert len({c.group_key() for c in configs}) == 1  # one experiment: trained in one simulation
+    together = P.run_experiment(Runner(None, progress=False), exp, [0, 1])
+    assert len(together) == 2 * 5 * 2  # seeds x (no noise, ε = 1, profile with A/B/C) x rounds
+    alone = P.histories(Runner(None, progress=False).run_all([configs[9]]))  # seed 1, profile C
     key = ["seed", "profile", "aggregation", "round"]
-    a, b = (df.sort_values(key).reset_index(drop=True) for df in (trained, together))
-    assert a[key].equals(b[key])
-    assert a["accuracy"].tolist() == b["accuracy"].tolist()
-    stored = P.load_grid_runs(tmp_path)
+    mine = together.merge(alone[key], on=key)
+    assert mine["accuracy"].tolist() == alone["accuracy"].tolist()
+    assert mine["clients_used"].tolist() == alone["clients_used"].tolist()
+    with pytest.raises(ValueError, match="epsilons must hold one ε per client"):
+        configs[0].replace(epsilons=(1.0,))
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        configs[0].replace(aggregation="D")
+
+
+def test_stored_runs_load_back_with_their_labels(tmp_path):
+    exp = _small_digits_experiment()
+    trained = P.run_experiment(Runner(tmp_path, progress=False), exp, [0, 1])
+    assert len(list(tmp_path.glob("*.json"))) == 10  # one record per run
+    loaded = P.run_experiment(Runner(RunCache(tmp_path, train=False), progress=False), exp, [0, 1])
+    cols = ["experiment", "kind", "profile", "aggregation", "seed", "round", "accuracy", "clients_used"]
+    pd.testing.assert_frame_equal(trained[cols], loaded[cols])
+    stored = P.load_runs(tmp_path)
     assert set(stored["seed"]) == {0, 1} and set(stored["n_train"]) == {600}
-    s = stored.sort_values(key).reset_index(drop=True)
-    assert s["accuracy"].tolist() == a["accuracy"].tolist() and s["profile"].tolist() == a["profile"].tolist()
+    key = ["seed", "profile", "aggregation", "round"]
+    s, t = (df.sort_values(key).reset_index(drop=True) for df in (stored, trained))
+    assert s["accuracy"].tolist() == t["accuracy"].tolist()
     # another setting is another record, never the stored one
-    P.run_grid(exp, [0], cache=cache, progress=False, on_empty="all")
-    assert len(list(tmp_path.glob("*.json"))) == 3
-
-
-def test_load_grid_runs_rejects_empty_and_foreign_directories(tmp_path):
-    from ldptut.runcache import RunCache
-
-    with pytest.raises(FileNotFoundError, match="no stored grid runs"):
-        P.load_grid_runs(tmp_path)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        P.load_grid_runs(tmp_path / "missing")
-    RunCache(tmp_path).run({"dataset": "mnist"}, lambda: P.SimulationResult(
-        history=pd.DataFrame({"accuracy": [0.5]}), weights=torch.zeros(1), layout=None))
-    with pytest.raises(ValueError, match="not a Wu et al. grid"):
-        P.load_grid_runs(tmp_path)
-
-
+    P.run_experiment(Runner(tmp_path, progress=False), exp, [0], on_empty="all")
+    assert len(list(tmp_path.glob("*.json"))) == 15  # on_empty is part of every run's key
 def test_covertype_raw_is_the_same_split_with_unscaled_numeric_columns():
-    from ldptut.reported import WU_SETTINGS
-
-    s = WU_SETTINGS["iid"]["covertype"]
+    s = P.SETTINGS["iid"]["covertype"]
     std = P.load_experiment("covertype", "iid", s, train_size=2000, test_size=500)
     raw = P.load_experiment("covertype_raw", "iid", s, train_size=2000, test_size=500)
     assert torch.equal(std.y_train, raw.y_train) and torch.equal(std.y_test, raw.y_test)
@@ -323,3 +310,44 @@ def test_final_rounds_takes_the_last_round_of_each_experiment():
                       "accuracy": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]})
     assert P.final_rounds(h)["accuracy"].tolist() == [0.2, 0.4, 0.5, 0.6]  # b has one round only
     assert P.final_rounds(h.drop(columns="experiment"))["accuracy"].tolist() == [0.2, 0.4]
+
+
+# ------------------------------------------------------------------------------ paper vs ours
+def _wu_final(gains_b, gains_c, experiment="iid digits"):
+    """Final rows of a toy grid: A at 0.50 on two profiles, B and C at A + the given gain (points) per seed."""
+    rows = []
+    for seed, (gb, gc) in enumerate(zip(gains_b, gains_c)):
+        rows.append({"experiment": experiment, "kind": "non-personalized", "profile": "no noise", "aggregation": "A",
+                     "seed": seed, "accuracy": 0.80 + 0.01 * seed})
+        for prof in ("p1", "p2"):
+            for agg, acc in (("A", 0.50), ("B", 0.50 + gb / 100), ("C", 0.50 + gc / 100)):
+                rows.append({"experiment": experiment, "kind": "personalized", "profile": prof, "aggregation": agg,
+                             "seed": seed, "accuracy": acc})
+    return pd.DataFrame(rows)
+
+
+def test_wu_gains_are_paired_per_seed_and_compared_with_their_spread():
+    t = P.compare(_wu_final(gains_b=[4.0, 6.0, 5.0], gains_c=[10.0, -10.0, 3.0])).set_index("quantity")
+    assert t.loc["no-noise accuracy (%)", "ours"] == "81.0 ± 1.0"
+    assert t.loc["no-noise accuracy (%)", "paper"] == 88.7
+    assert t.loc["gain of B over A (points)", "ours"] == "+5.0 ± 1.0"
+    assert t.loc["gain of B over A (points)", "exceeds spread"] == "yes"
+    assert t.loc["gain of C over A (points)", "ours"] == "+1.0 ± 10.1"  # std of (10, -10, 3) = sqrt(103)
+    assert t.loc["gain of C over A (points)", "exceeds spread"] == "no"
+    one = P.compare(_wu_final([2.0], [3.0], experiment="noniid covertype")).set_index("quantity")
+    assert one.loc["gain of B over A (points)", "paper"] == "none (no gain)"  # "does not obtain accuracy gains from
+    # the weighted average method and the probability-based selection method" (Section 5.3.2)
+    nd = P.compare(_wu_final([2.0], [3.0], experiment="noniid digits")).set_index("quantity")
+    assert nd.loc["gain of B over A (points)", "paper"] == "not reported"
+    assert one.loc["gain of C over A (points)", "paper"] == "none (no gain)"
+    assert one.loc["gain of C over A (points)", "exceeds spread"] == "1 seed"
+    with pytest.raises(ValueError, match="no reported numbers"):
+        P.compare(_wu_final([1.0], [1.0], experiment="iid mnist"))
+    with pytest.raises(ValueError, match="lacks the columns"):
+        P.compare(pd.DataFrame({"experiment": ["iid digits"]}))
+
+
+def test_wu_rows_follow_the_papers_order_whatever_the_run_order():
+    both = pd.concat([_wu_final([1.0], [1.0], experiment="noniid digits"), _wu_final([2.0], [2.0])])
+    t = P.compare(both)
+    assert t["experiment"].drop_duplicates().tolist() == ["iid digits", "noniid digits"]

@@ -1,0 +1,111 @@
+"""ldptut.papers.ldp_fl: the paper's settings and numbers, its experiment grid as typed runs, and the
+paper-vs-ours table matched on the runs' typed configurations."""
+import pandas as pd
+import pytest
+
+from ldptut.experiments import FedAvgRun, Runner
+from ldptut.fl import FixedRange, GlobalModelRange
+from ldptut.papers import ldp_fl
+from ldptut.runcache import records_table, RunRecord
+
+FIXED_MNIST = FixedRange(0.0, 0.075)
+ADAPTIVE = GlobalModelRange()
+
+
+def _run(accuracy=85.0, **kw):
+    """A row as load_runs gives it, built from a real FedAvgRun (so the matching sees typed ranges)."""
+    base = dict(paper="ldp_fl", dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03, seed=0,
+                mechanism="two_point", epsilon=1.0, range=FIXED_MNIST)
+    base.update(kw)
+    if base["mechanism"] is None:
+        base.update(epsilon=None, range=None)
+    cfg = FedAvgRun(**base)
+    rec = RunRecord(config=cfg, history=pd.DataFrame({"round": [1], "accuracy": [accuracy / 100]}))
+    return records_table([rec]).iloc[0].to_dict()
+
+
+def test_reported_numbers_state_their_unit_and_metric():
+    assert all(r.epsilon_unit == "per weight per round" for r in ldp_fl.REPORTED)
+    head = ldp_fl.REPORTED[0]
+    assert head.value == 96.24 and "training accuracy" in head.metric and head.where["dataset"] == "mnist"
+    assert len(ldp_fl.REPORTED) == 3 + 12
+    assert ldp_fl.FIXED_RANGE["cifar10"] == (0.0, 1.0)  # Section 5.4: "(c, r) = (0, 1) ... fixed range"
+
+
+def test_claims_match_runs_of_the_same_setting_only():
+    runs = pd.DataFrame([
+        _run(seed=0, accuracy=85.0), _run(seed=1, accuracy=87.0),
+        _run(seed=2, accuracy=99.0, batch_size=10),            # other local computation: not matched
+        _run(seed=3, accuracy=99.0, n_clients=50),             # other n: not matched
+        _run(seed=4, accuracy=99.0, client_fraction=0.5),      # other fraction: not matched
+        _run(seed=0, mechanism=None, accuracy=92.0),
+        _run(seed=1, mechanism=None, accuracy=94.0),
+        _run(seed=0, epsilon=5.0, range=ADAPTIVE, accuracy=91.0),
+        _run(seed=0, epsilon=5.0, accuracy=90.0),
+    ])
+    table = ldp_fl.compare(runs).set_index("claim")
+    assert len(table) == len(ldp_fl.REPORTED)
+    head = table.loc["mnist ε=1 n=100 fixed (0, 0.075)"]
+    assert head["paper (%)"] == 96.24
+    assert head["ours (%)"] == "86.0 ± 1.4 (2 seeds)"           # mean 86, sample std sqrt(2)
+    assert head["ours non-private (%)"] == "93.0 ± 1.4 (2 seeds)"
+    assert "cnn2, 10 rounds, lr 0.03, batch 32" in head["settings"]
+    assert table.loc["Table 1 mnist ε=5 adaptive", "ours (%)"] == "91.0 (1 seed)"
+    assert table.loc["Table 1 mnist ε=5 fixed", "ours (%)"] == "90.0 (1 seed)"
+    assert table.loc["Table 1 mnist ε=10 fixed", "ours (%)"] == "not run"
+    assert table.loc["fashion_mnist ε=4 n=200 fixed (0, 0.015)", "ours (%)"] == "not run"
+
+
+def test_a_fixed_range_of_another_radius_is_not_the_papers_claim():
+    runs = pd.DataFrame([_run(range=FixedRange(0.0, 0.5)), _run(range=FixedRange(0.0, 0.0751))])
+    assert ldp_fl.compare(runs).iloc[0]["ours (%)"] == "not run"
+    cifar = pd.DataFrame([_run(dataset="cifar10", model="small_vgg", n_clients=500, rounds=15, lr=0.015, epsilon=5.0,
+                               range=FixedRange(0.0, 1.0), accuracy=20.0)])
+    assert ldp_fl.compare(cifar).set_index("claim").loc["Table 1 cifar10 ε=5 fixed", "ours (%)"] == "20.0 (1 seed)"
+
+
+def test_other_local_computation_is_selectable_and_empty_runs_give_not_run():
+    runs = pd.DataFrame([_run(batch_size=10, accuracy=92.1)])
+    assert ldp_fl.compare(runs, batch_size=10).iloc[0]["ours (%)"] == "92.1 (1 seed)"
+    assert (ldp_fl.compare(pd.DataFrame())["ours (%)"] == "not run").all()
+    with pytest.raises(ValueError, match="lacks the columns"):
+        ldp_fl.compare(pd.DataFrame([{"dataset": "mnist"}]))
+
+
+def test_configs_build_the_chapters_grid_as_typed_runs():
+    base = ldp_fl.chapter_run(dataset="mnist", model="mlp", n_clients=100, rounds=10, lr=0.03)
+    grid = ldp_fl.configs(base, seeds=[0], headline_seeds=[1, 2], fixed=FIXED_MNIST, adaptive=ADAPTIVE,
+                          epsilons=[0.1, 1.0], table1_epsilons=[5.0], sensitivity_epsilon=1.0,
+                          sensitivity_batch_sizes=[10, 32], sensitivity_local_epochs=[1, 2], fraction_grid=[0.5])
+    by = {}
+    for experiment, cfg in grid:
+        by.setdefault(experiment, []).append(cfg)
+    assert all(isinstance(c, FedAvgRun) and c.paper == "ldp_fl" for _, c in grid)
+    assert [(c.mechanism, c.epsilon, c.seed) for c in by["vs epsilon"]] == [
+        (None, None, 0), (None, None, 1), (None, None, 2), ("two_point", 0.1, 0),
+        ("two_point", 1.0, 0), ("two_point", 1.0, 1), ("two_point", 1.0, 2)]
+    assert {(c.epsilon, type(c.range).__name__) for c in by["table 1"]} == {(5.0, "FixedRange"),
+                                                                         (5.0, "GlobalModelRange")}
+    assert {(c.batch_size, c.local_epochs, c.mechanism) for c in by["sensitivity"]} == {
+        (10, 1, None), (10, 1, "two_point"), (32, 1, None), (32, 1, "two_point"), (32, 2, None), (32, 2, "two_point")}
+    assert {c.client_fraction for c in by["fraction"]} == {0.5}
+    assert ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, epsilons=[1.0],
+                          parts=["table 1"]) == []
+    with pytest.raises(ValueError, match="sensitivity_range"):
+        ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_range="fixd")
+
+
+def test_runner_records_a_small_grid_and_reuses_shared_runs():
+    """Two experiments sharing a run train it once; the summary and provenance tables list both."""
+    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    runner = Runner(None, progress=False)
+    grid = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 0.5), adaptive=ADAPTIVE, epsilons=[2.0],
+                          sensitivity_epsilon=2.0, sensitivity_batch_sizes=[32])
+    records = runner.record_all(grid)
+    assert len(records) == 4 and records[0] is records[2]  # the non-private run of both experiments
+    s = runner.summary("vs epsilon", "epsilon")
+    assert s["epsilon"].tolist() == ["2", "non-private"] and (s["count"] == 1).all()
+    prov = runner.provenance()
+    assert len(prov) == 4 and set(prov["source"]) == {"this execution"}
+    h = records[1].history
+    assert (h["epsilon_round"] == 2.0 * 650).all()  # logreg on 8x8 digits: d = 10 x 65 weights, 2 per weight
