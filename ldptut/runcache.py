@@ -33,7 +33,7 @@ from .runconfig import RunConfig, config_from_dict
 __all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table",
            "LOAD_ONLY_ENV"]
 
-#: Record format. 1: configuration dicts of the first chapters (migrated by scripts/migrate_runcache_v1.py);
+#: Record format. 1: configuration dicts of the first chapters (migrated by python -m ldptut.migrate);
 #: 2: typed RunConfig, provenance with device and torch version.
 FORMAT = 2
 LOAD_ONLY_ENV = "LDPTUT_RUNS_LOAD_ONLY"
@@ -68,7 +68,7 @@ def _read_record(path: Path) -> RunRecord:
                             "to train the run again") from e
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else None
-        hint = (" Migrate it with `python scripts/migrate_runcache_v1.py <directory>`." if found == 1 else
+        hint = (" Migrate it with `python -m ldptut.migrate <directory>`." if found == 1 else
                 " Delete or move the file.")
         raise RunCacheError(f"{path} is a run record of format {found!r}, not {FORMAT}.{hint}")
     try:

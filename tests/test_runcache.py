@@ -135,7 +135,7 @@ def test_corrupted_and_old_records_are_named(tmp_path):
     with pytest.raises(RunCacheError, match=f"{rec.path.name} is not a readable run record.*corrupted"):
         RunCache(tmp_path).load(_cfg())
     rec.path.write_text(json.dumps({"format": 1, "key": rec.path.stem, "config": {}, "history": [{}]}))
-    with pytest.raises(RunCacheError, match="format 1, not 2.*migrate_runcache_v1.py"):
+    with pytest.raises(RunCacheError, match="format 1, not 2.*python -m ldptut.migrate"):
         load_runs(tmp_path)
     doc = json.loads(text)
     doc["config"]["seed"] = 5  # edited by hand: no longer the file's key
@@ -164,3 +164,39 @@ def test_load_runs_rejects_a_missing_directory_and_a_foreign_file(tmp_path):
     (tmp_path / "x.json").write_text(json.dumps({"format": 99}))
     with pytest.raises(RunCacheError, match="x.json is a run record of format 99"):
         load_runs(tmp_path)
+
+
+# ---- migration of format-1 records ----------------------------------------------------------------
+def test_format_1_records_migrate_to_typed_runs_without_retraining(tmp_path):
+    from ldptut.migrate import migrate_v1
+    from ldptut.papers import wu2023
+
+    machine = "x86_64 with 2 CPU cores, torch 2.14.1+cu130, no GPU"
+    ldp = {"dataset": "mnist", "model": "cnn2", "n_clients": 100, "partition": "iid", "rounds": 2,
+           "client_fraction": 1.0, "local_epochs": 1, "batch_size": 32, "lr": 0.03, "send": "weights",
+           "aggregator": "mean", "mechanism": "TwoPoint", "epsilon": 1.0,
+           "range": "FixedRange(center=0.0, radius=0.075)", "seed": 0}
+    (tmp_path / "aaaa.json").write_text(json.dumps({
+        "format": 1, "key": "aaaa", "config": ldp,
+        "provenance": {"commit": "abc", "date": "2026-11-22", "machine": machine, "seconds": 12.0},
+        "history": [{"round": 1, "accuracy": 0.5, "loss": 1.0}, {"round": 2, "accuracy": 0.6, "loss": 0.9}]}))
+    setting = {**wu2023.SETTINGS["iid"]["digits"], "epsilons": [1.0], "profiles": {"p": [1, 5, 10]}}
+    wu = {"paper": "wu2023", "experiment": "iid digits", "setting": setting, "n_train": 1497, "n_test": 300,
+          "data_seed": 0, "dirichlet_alpha": None, "seed": 3, "reading": "sqrt_all", "on_empty": "keep", "rounds": 1,
+          "local_passes": 1, "alpha": 0.0001, "dtype": "float64"}
+    rows = [{"run": i, "round": 1, "accuracy": 0.1 * i, "clients_used": 3, "seconds": 0.1} for i in range(5)]
+    (tmp_path / "bbbb.json").write_text(json.dumps({
+        "format": 1, "key": "bbbb", "config": wu,
+        "provenance": {"commit": "def", "date": "2026-11-22", "machine": machine, "seconds": 5.0}, "history": rows}))
+    assert migrate_v1(tmp_path) == (2, 1 + 5)
+    assert not (tmp_path / "aaaa.json").exists() and not (tmp_path / "bbbb.json").exists()
+    records = {r.config.key(): r for r in load_records(tmp_path)}
+    fed = next(r for r in records.values() if isinstance(r.config, FedAvgRun))
+    assert fed.config.range == FixedRange(0.0, 0.075) and fed.config.mechanism == "two_point"
+    assert fed.history["accuracy"].tolist() == [0.5, 0.6]
+    assert fed.provenance["torch"] == "2.14.1+cu130" and fed.provenance["migrated_from"] == "aaaa.json (format 1)"
+    wus = sorted((r for r in records.values() if isinstance(r.config, wu2023.WuRun)), key=lambda r: r.final_accuracy)
+    assert [(r.config.profile, r.config.aggregation) for r in wus] == [
+        ("no noise", "A"), ("all ε = 1", "A"), ("p", "A"), ("p", "B"), ("p", "C")]
+    assert wus[0].provenance["seconds"] == 1.0 and wus[0].provenance["trained_together"] == 5
+    assert migrate_v1(tmp_path) == (0, 0)  # format 2 already: nothing to do

@@ -171,3 +171,33 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
                      "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
                      "settings": settings})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------- stored runs
+def from_record_v1(config: dict, history: pd.DataFrame) -> list[tuple[FedAvgRun, pd.DataFrame]]:
+    """A run record of format 1 (the chapter's configuration dict, ranges as ``repr`` strings) as a typed
+    run with its unchanged history; used by ``python -m ldptut.migrate``."""
+    import re
+
+    from ..mechanisms import MECHANISMS
+
+    def parse_range(text: Optional[str]) -> FixedRange | GlobalModelRange | None:
+        if text is None:
+            return None
+        m = re.fullmatch(r"(FixedRange|GlobalModelRange)\((.*)\)", text)
+        if m is None:
+            raise ValueError(f"unknown range {text!r} in a format-1 LDP-FL record")
+        kwargs = {k.strip(): float(v) for k, v in (part.split("=") for part in m.group(2).split(","))}
+        return (FixedRange if m.group(1) == "FixedRange" else GlobalModelRange)(**kwargs)
+
+    mechanism = config["mechanism"]
+    if mechanism is not None:
+        names = {cls.__name__: name for name, cls in MECHANISMS.items()}
+        mechanism = names[mechanism]
+    run = FedAvgRun(paper="ldp_fl", dataset=config["dataset"], model=config["model"], n_clients=config["n_clients"],
+                    rounds=config["rounds"], seed=config["seed"], partition=config["partition"],
+                    client_fraction=config["client_fraction"], local_epochs=config["local_epochs"],
+                    batch_size=config["batch_size"], lr=config["lr"], send=config["send"],
+                    aggregator=config["aggregator"], mechanism=mechanism, epsilon=config["epsilon"],
+                    range=parse_range(config["range"]))
+    return [(run, history)]

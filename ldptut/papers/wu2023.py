@@ -608,3 +608,28 @@ def compare(final: pd.DataFrame) -> pd.DataFrame:
                          "ours": mean_std(gain, fmt="+.1f", count=False), "exceeds spread": spread})
     return pd.DataFrame(rows)
 
+
+
+# ------------------------------------------------------------------------------------- stored runs
+def from_record_v1(config: dict, history: pd.DataFrame) -> list[tuple[WuRun, pd.DataFrame]]:
+    """A format-1 record (one seed's whole grid, its runs numbered in :func:`grid_scenarios` order) as one
+    typed run per scenario with its rows of the history; used by ``python -m ldptut.migrate``."""
+    protocol, name = config["experiment"].split()
+    s = config["setting"]
+    out = []
+    for i, (scenario, label, eps, agg) in enumerate(grid_scenarios(s)):
+        rows = history[history["run"] == i].drop(columns="run").reset_index(drop=True)
+        if rows.empty:
+            raise ValueError(f"{config['experiment']} seed {config['seed']}: no history for run {i} ({label}, {agg})")
+        out.append((WuRun(
+            paper="wu2023", dataset=name, model="ovr_logreg", n_clients=s["n_clients"], rounds=config["rounds"],
+            seed=config["seed"], protocol=protocol, scenario=scenario, profile=label, epsilons=tuple(eps),
+            aggregation=agg, delta=s["delta"], clip=s["clip"], n_train=config["n_train"], n_test=config["n_test"],
+            q=s.get("q", 1.0) if protocol == "iid" else 1.0, l2=s.get("l2") if protocol == "noniid" else None,
+            reading=config["reading"], on_empty=config["on_empty"], data_seed=config["data_seed"],
+            dirichlet_alpha=config["dirichlet_alpha"], local_passes=config["local_passes"], alpha=config["alpha"]),
+            rows))
+    if sorted(set(history["run"])) != list(range(len(out))):
+        raise ValueError(f"{config['experiment']} seed {config['seed']}: runs {sorted(set(history['run']))} do not "
+                         f"match the grid's {len(out)} scenarios")
+    return out

@@ -1,0 +1,76 @@
+"""Migrate stored run records of format 1 to format 2 (typed RunConfig keys), without retraining.
+
+    python -m ldptut.migrate DIRECTORY [DIRECTORY ...]
+
+Format 1 records (the first LDP-FL and Wu et al. paper-scale runs) stored a chapter's configuration
+dict; format 2 stores a :class:`ldptut.runconfig.RunConfig`. Each paper module reads its own old records
+(``from_record_v1``): LDP-FL's become one :class:`~ldptut.experiments.FedAvgRun` each, Wu et al.'s
+one-grid-per-seed records one :class:`~ldptut.papers.wu2023.WuRun` per scenario (the grid's training time
+shared among them). Histories are copied unchanged; provenance keeps the commit, date, machine line and
+seconds of the original training and adds the device and torch version read from that line, and the
+old file's name. A new record is written before its old file is removed; a directory already in format 2
+is left as it is.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .runcache import FORMAT, RunCache
+
+__all__ = ["migrate_v1"]
+
+
+def _provenance(old: dict, *, share: int, source: str) -> dict:
+    machine = old.get("machine", "")
+    arch = re.match(r"(\S+) with (\d+) CPU cores", machine)
+    torch_version = re.search(r"torch (\S+?),", machine)
+    gpu = re.search(r"CUDA (.+)$", machine)
+    device = (f"cuda: {gpu.group(1)}" if gpu else
+              f"cpu: {arch.group(1)}, {arch.group(2)} cores (CPU model not recorded)" if arch else "unknown")
+    out = {"commit": old.get("commit"), "date": old.get("date"), "device": device,
+           "torch": torch_version.group(1) if torch_version else None, "machine": machine,
+           "seconds": round(float(old.get("seconds", 0.0)) / share, 1), "migrated_from": f"{source} (format 1)"}
+    if share > 1:
+        out["trained_together"] = share
+    return out
+
+
+def migrate_v1(directory: str | Path) -> tuple[int, int]:
+    """Rewrite every format-1 record of ``directory`` as format-2 records; returns (old files, new records)."""
+    from .papers import ldp_fl, wu2023
+
+    directory = Path(directory)
+    cache = RunCache(directory)
+    n_old = n_new = 0
+    for path in sorted(directory.glob("*.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("format") == FORMAT:
+            continue
+        if doc.get("format") != 1:
+            raise ValueError(f"{path}: format {doc.get('format')!r} is neither 1 nor {FORMAT}")
+        config, history = doc["config"], pd.DataFrame(doc["history"])
+        reader = wu2023.from_record_v1 if config.get("paper") == "wu2023" else ldp_fl.from_record_v1
+        runs = reader(config, history)
+        for run, rows in runs:
+            target = cache.path(run)
+            if target.exists() and target != path:
+                raise FileExistsError(f"{path}: its run {run.key()} is stored already in {target}")
+            cache.store(run, rows, _provenance(doc.get("provenance", {}), share=len(runs), source=path.name))
+        if all(cache.path(run) != path for run, _ in runs):
+            path.unlink()
+        n_old += 1
+        n_new += len(runs)
+    return n_old, n_new
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m ldptut.migrate DIRECTORY [DIRECTORY ...]")
+    for d in sys.argv[1:]:
+        old, new = migrate_v1(d)
+        print(f"{d}: {old} format-1 records -> {new} format-2 records")
