@@ -34,11 +34,12 @@ test: data
 
 # Paper-scale run of one chapter: papermill with book/params/<CHAPTER>[-<RUN>]-paper.yaml
 #   -> book/runs/<CHAPTER>[-<RUN>]-paper.ipynb   (RUN names a variant, e.g. a dataset: RUN=fmnist)
+# LOAD_ONLY=1 re-renders the page from the stored runs and fails instead of training a missing one.
 RUN_NAME = $(CHAPTER)$(if $(RUN),-$(RUN))
 reproduce: data
-	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> [RUN=<variant>] (see book/params/)"; exit 2; }
+	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> [RUN=<variant>] [LOAD_ONLY=1] (see book/params/)"; exit 2; }
 	@test -f book/params/$(RUN_NAME)-paper.yaml || { echo "no parameter file book/params/$(RUN_NAME)-paper.yaml"; exit 2; }
-	cd book && ../$(BIN)/papermill $(CHAPTER).ipynb runs/$(RUN_NAME)-paper.ipynb -f params/$(RUN_NAME)-paper.yaml \
+	cd book && $(if $(LOAD_ONLY),LDPTUT_RUNS_LOAD_ONLY=1 )../$(BIN)/papermill $(CHAPTER).ipynb runs/$(RUN_NAME)-paper.ipynb -f params/$(RUN_NAME)-paper.yaml \
 		-k python3 --cwd . --request-save-on-cell-execute
 	$(BIN)/python -m ldptut.notebooks mark-paper-run book/runs/$(RUN_NAME)-paper.ipynb book/params/$(RUN_NAME)-paper.yaml
 

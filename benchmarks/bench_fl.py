@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from ldptut import fl, models
+from ldptut import fl, models, training
 from ldptut.data import load_dataset
 from ldptut.partition import iid
 
@@ -76,12 +76,12 @@ def main() -> None:
         layout = fl.ParamLayout.from_model(cnn)
         gp = {k: v.detach() for k, v in cnn.named_parameters()}
         ids = list(range(args.conv_clients))
-        scheds = [fl.batch_schedule(len(parts[i]), epochs=1, batch_size=args.batch, generator=torch.Generator().manual_seed(i))
+        scheds = [training.batch_schedule(len(parts[i]), epochs=1, batch_size=args.batch, generator=torch.Generator().manual_seed(i))
                   for i in ids]
-        spec = fl.OptimizerSpec(name="sgd", lr=0.05)
+        spec = training.OptimizerSpec(name="sgd", lr=0.05)
 
         def local(cl: bool):
-            return lambda: fl._train_sequential(cnn, gp, ds.x_train, ds.y_train, scheds, [parts[i] for i in ids], spec,
+            return lambda: training._train_sequential(cnn, gp, ds.x_train, ds.y_train, scheds, [parts[i] for i in ids], spec,
                                                 layout, channels_last=cl)
         local(True)()
         t_cl = best_of(local(True), args.repeats)

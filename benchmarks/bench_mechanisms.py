@@ -55,8 +55,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     cases: Dict[str, Callable[[], object]] = {"x.clone()": lambda: x.clone()}
     cases["torch.rand (RNG alone)"] = lambda: torch.rand(n, generator=gen, dtype=torch.float32)
+    extra = {"gaussian": {"delta": 1e-5}, "ldpsign": {"delta": 1e-5, "l2_sensitivity": 2.0}}  # their other parameters
     for name in MECHANISMS:
-        mech = make_mechanism(name, epsilon=args.epsilon)
+        mech = make_mechanism(name, epsilon=args.epsilon, **extra.get(name, {}))
         inp = bits if name == "randomized_response" else x
         cases[name] = (lambda m=mech, i=inp: m.privatize(i, gen))
 

@@ -467,32 +467,28 @@ class Piecewise(Mechanism):
         # Densities of t* (C - 1 = 2 / (e^{ε/2} - 1)): p_high = q / (C - 1) on [l, r], p_low = p_high e^{-ε}.
         self.p_high = self.q * math.expm1(half) / 2.0 if half < 700.0 else math.inf
         self.p_low = self.q_out / (self.C + 1.0)
+        self._inv_p_high = (self.C - 1.0) / self.q  # length of [l, r] over its mass
+        self._inv_p_low = (self.C + 1.0) / self.q_out if self.q_out > 0 else 0.0  # outer pieces: never drawn then
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:
-        """Inverse CDF, written piece by piece so no step cancels (stable up to ε = 1000 and beyond).
+        """Inverse CDF in a form without cancellation (stable up to ε = 1000 and beyond).
 
-        With t = (w - c) / r, A = (1 - q)(1 + t) / 2 the mass of [-C, l(t)) and q that of [l(t), r(t)]:
-        u < A -> left piece at fraction u / A of its length l + C; u < A + q -> inner interval at
-        fraction (u - A) / q of its length C - 1; otherwise the right piece at fraction
-        (u - A - q) / (1 - A - q) of its length C - r. Each fraction is clamped to [0, 1], so every
-        report lies in [-C, C] (times r, plus c) whatever the rounding. ``w`` and ``u`` are overwritten.
+        With t = (w - c) / r, A = (1 - q)(1 + t) / 2 the mass of [-C, l(t)), q that of [l(t), r(t)] and
+        d = u - A: t* = l(t) + clamp(d, 0, q) / p_high + (min(d, 0) + max(d - q, 0)) / p_low, i.e.
+        -C + u / p_low on the left piece, l + (u - A) / p_high inside, r + (u - A - q) / p_low on the right.
+        l(t) is computed directly (never as -C + A / p_low, which underflows with A at large ε), and
+        t* is clamped to [-C, C] against the rounding of q. ``w`` and ``u`` are overwritten.
         """
         c, r = self._range(w)
         t = w.sub_(c).div_(r)
-        C = self.C
-        left_mass = (t + 1.0).mul_(self.q_out / 2.0)  # A(t)
-        right_mass = (1.0 - t).mul_(self.q_out / 2.0)  # 1 - A(t) - q
-        l = t.mul_((C + 1.0) / 2.0).sub_((C - 1.0) / 2.0)  # l(t); t is not needed any more
-        rr = l + (C - 1.0)  # r(t)
-        in_left = u < left_mass
-        in_inner = u < left_mass + self.q
-        frac_left = (u / left_mass).clamp_(0.0, 1.0).nan_to_num_(0.0)
-        frac_inner = ((u - left_mass) / self.q).clamp_(0.0, 1.0)
-        frac_right = ((u - left_mass - self.q) / right_mass).clamp_(0.0, 1.0).nan_to_num_(0.0)
-        left_pt = frac_left.mul_(l + C).sub_(C)
-        inner_pt = frac_inner.mul_(C - 1.0).add_(l)
-        right_pt = frac_right.mul_(C - rr).add_(rr)
-        t_star = torch.where(in_left, left_pt, torch.where(in_inner, inner_pt, right_pt))
+        d = u.sub_(torch.add(t, 1.0).mul_(self.q_out / 2.0))  # u - A(t)
+        inner = d.clamp(0.0, self.q)  # mass drawn from [l(t), r(t)]
+        outer = d.clamp(max=0.0).add_(d.sub_(self.q).clamp_(min=0.0))  # signed mass drawn from the outer pieces
+        t_star = t.mul_((self.C + 1.0) / 2.0).sub_((self.C - 1.0) / 2.0)  # l(t)
+        # beyond ε ≈ 175 (float32) 1/p_low exceeds the dtype; the outer pieces then have mass below the
+        # uniforms' grid, and the largest finite factor (with the clamp) maps u = 0 to -C as it should
+        inv_low = min(self._inv_p_low, torch.finfo(t_star.dtype).max)
+        t_star.add_(inner, alpha=self._inv_p_high).add_(outer, alpha=inv_low).clamp_(-self.C, self.C)
         return t_star.mul_(r).add_(c)
 
     def _t(self, x: Any) -> Tuple[Tensor, Param, Param]:

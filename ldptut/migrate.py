@@ -34,7 +34,7 @@ def _provenance(old: dict, *, share: int, source: str) -> dict:
               f"cpu: {arch.group(1)}, {arch.group(2)} cores (CPU model not recorded)" if arch else "unknown")
     out = {"commit": old.get("commit"), "date": old.get("date"), "device": device,
            "torch": torch_version.group(1) if torch_version else None, "machine": machine,
-           "seconds": round(float(old.get("seconds", 0.0)) / share, 1), "migrated_from": f"{source} (format 1)"}
+           "seconds": round(float(old.get("seconds", 0.0)) / share, 3), "migrated_from": f"{source} (format 1)"}
     if share > 1:
         out["trained_together"] = share
     return out

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["package_commit", "cpu_model", "device_name", "machine_summary", "provenance"]
+__all__ = ["package_commit", "cpu_model", "cpu_capability", "device_name", "machine_summary", "provenance"]
 
 
 def package_commit() -> str:
@@ -44,16 +44,26 @@ def cpu_model() -> str:
 
 
 def device_name(device: Any = "cpu") -> str:
-    """'cpu: <CPU model>, <n> cores' or 'cuda: <GPU name>' for the torch device a run used."""
+    """'cpu: <CPU model>, <n> cores, <capability>' or 'cuda: <GPU name>' for the torch device a run used."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(dev)}"
-    return f"{dev.type}: {cpu_model()}, {os.cpu_count()} cores"
+    return f"{dev.type}: {cpu_model()}, {os.cpu_count()} cores, {cpu_capability()}"
+
+
+def cpu_capability() -> str:
+    """The SIMD level torch's CPU kernels use here ("AVX512", "AVX2", ...). Float results of training can
+    differ in the last bits between CPUs of different capability or make (other summation orders)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # pragma: no cover - older torch
+        return "unknown"
 
 
 def machine_summary() -> str:
-    """One line naming the machine (architecture, CPU cores, torch version, GPU if any)."""
-    return (f"{platform.machine()} with {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+    """One line naming the machine: CPU model and cores, torch's CPU capability, torch version, GPU if any."""
+    return (f"{platform.machine()} {cpu_model()} with {os.cpu_count()} CPU cores ({cpu_capability()}), "
+            f"torch {torch.__version__}, "
             f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}")
 
 
@@ -62,5 +72,5 @@ def provenance(*, device: Any = "cpu", seconds: Optional[float] = None) -> dict:
     out = {"commit": package_commit(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "device": device_name(device), "torch": torch.__version__}
     if seconds is not None:
-        out["seconds"] = round(float(seconds), 1)
+        out["seconds"] = round(float(seconds), 3)
     return out

@@ -1,6 +1,6 @@
-"""Personalized privacy budgets in LDP-FL (Wu, Xu, Zhu, "Personalized local differential privacy in
-federated learning", Appl. Sci. 13(7):4168, 2023): settings, published numbers, the pieces of the method,
-the experiment grid as typed runs, and paper vs ours.
+"""Personalized privacy budgets in LDP-FL (Wu, Xu, Zhu, "Local Differential Privacy-Based Federated Learning
+under Personalized Settings", Appl. Sci. 13(7):4168, 2023): settings, published numbers, the pieces of the
+method, the experiment grid as typed runs, and paper vs ours.
 
 Client side (Section 3.1, Algorithms 1 and 2): each client trains a logistic regression from the
 global model with scikit-learn's per-sample SGD and its "optimal" learning-rate schedule
@@ -49,13 +49,13 @@ from . import Paper, Reported, mean_std
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "paper_gaussian_sigma",
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
-           "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds", "compare"]
+           "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds", "compare"]
 
 PAPER = Paper(
     key="wu2023",
     title="Personalized privacy budgets in LDP-FL",
-    citation="Y. Wu, W. Xu, Z. Zhu. Personalized local differential privacy in federated learning. "
-             "Applied Sciences 13(7):4168, 2023.",
+    citation="X. Wu, L. Xu, L. Zhu. Local Differential Privacy-Based Federated Learning under Personalized "
+             "Settings. Applied Sciences 13(7):4168, 2023.",
     chapter="book/personalized_ldp_fl",
     intro="**Personalized budgets** (Wu et al., 2023): Gaussian and sign perturbation with a budget per "
           "client, weighted and probability-based aggregation, and the privacy the noise really gives.",
@@ -117,6 +117,15 @@ REPORTED = [
 ]
 #: The paper's experiments as the chapter names them ("iid digits", ...), in the paper's order.
 EXPERIMENTS = list(dict.fromkeys(r.where["experiment"] for r in REPORTED))
+
+
+def reported(experiment: str, quantity: str) -> Reported:
+    """The published number for ``experiment`` ("iid digits", ...) and ``quantity`` ("no_noise", "gain_B",
+    "gain_C"); KeyError when the paper does not report it."""
+    for r in REPORTED:
+        if r.where == {"experiment": experiment, "quantity": quantity}:
+            return r
+    raise KeyError(f"Wu et al. report no {quantity!r} for {experiment!r}")
 
 
 # ------------------------------------------------------------------------ σ and the client side

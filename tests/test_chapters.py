@@ -1,0 +1,68 @@
+"""The book's structure: every paper has its module, chapter, parameter file, test file, _toc.yml entry and
+introduction bullet; every chapter checks its parameters before it runs anything."""
+import json
+from pathlib import Path
+
+import pytest
+
+from ldptut.notebooks import ParameterError
+from ldptut.papers import PAPERS, paper_modules
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def _toc_files() -> list[str]:
+    return [line.split("file:", 1)[1].strip() for line in (ROOT / "_toc.yml").read_text().splitlines()
+            if "file:" in line]
+
+
+@pytest.mark.parametrize("module", paper_modules(), ids=PAPERS)
+def test_every_paper_has_the_same_face_and_its_files(module):
+    paper = module.PAPER
+    assert paper.key == module.__name__.rsplit(".", 1)[1]
+    for name in ("SETTINGS", "REPORTED", "configs", "compare"):
+        assert hasattr(module, name), f"ldptut.papers.{paper.key} lacks {name}"
+    assert module.REPORTED and all(r.metric and r.source for r in module.REPORTED)
+    assert (ROOT / f"{paper.chapter}.ipynb").is_file()
+    assert paper.chapter in _toc_files()
+    assert list((ROOT / "book" / "params").glob(f"{Path(paper.chapter).name}*-paper.yaml"))
+    assert (ROOT / "tests" / f"test_{paper.key}.py").is_file()
+
+
+def test_the_introduction_lists_every_chapter_in_book_order():
+    """The intro's chapter list is checked against the paper modules (their one-line descriptions)."""
+    intro = " ".join((ROOT / "book" / "intro.md").read_text().split())  # bullets may wrap over lines
+    bullets = [" ".join(m.PAPER.intro.split()) for m in paper_modules()]
+    positions = [intro.find(f"- {b}") for b in bullets]
+    assert all(p >= 0 for p in positions), [b for b, p in zip(bullets, positions) if p < 0]
+    assert positions == sorted(positions)
+    chapters = [f for f in _toc_files() if not f.startswith("book/runs/")]
+    assert chapters == ["book/foundations"] + [m.PAPER.chapter for m in paper_modules()]
+
+
+def _run_parameter_cells(path: Path, **overrides) -> dict:
+    """Execute a chapter's parameters cell, then papermill-style overrides, then the cell after it."""
+    nb = json.loads(path.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    params = next(i for i, c in enumerate(code) if "parameters" in c["metadata"].get("tags", []))
+    assert params == 0, f"{path.name}: the parameters cell must be the first code cell"
+    ns: dict = {}
+    exec("".join(code[params]["source"]), ns)
+    ns.update(overrides)
+    check = "".join(code[params + 1]["source"])
+    assert "check_parameters(globals()" in check, f"{path.name}: the cell after parameters must check them"
+    exec(check, ns)
+    return ns
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_chapter_checks_its_parameters_first(path):
+    ns = _run_parameter_cells(path)  # the defaults pass
+    lists = [k for k, v in ns.items() if isinstance(v, list) and not k.startswith("_")]
+    # a misspelt name (papermill -p round 1) fails at once, naming it
+    with pytest.raises(ParameterError, match="unknown parameter 'round'"):
+        _run_parameter_cells(path, round=1)
+    # a list passed with -p arrives as text
+    with pytest.raises(ParameterError, match=f"parameter '{lists[0]}' must be a list.*-y"):
+        _run_parameter_cells(path, **{lists[0]: str(ns[lists[0]])})
