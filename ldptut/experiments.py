@@ -208,13 +208,18 @@ class Runner:
         return out
 
     def provenance(self) -> pd.DataFrame:
-        """Every recorded run: experiment, its label, seed, where it came from (stored in the cache or trained
-        in this execution), the commit and date of its training, the device and its minutes of training."""
+        """Every recorded run: its experiment, the configuration fields that differ between the recorded runs
+        (seed always), where it came from (stored in the cache or trained in this execution), the commit and
+        date of its training, the device and its minutes of training."""
         t = self.table()
         if t.empty:
-            return pd.DataFrame(columns=["experiment", "run", "source", "commit", "trained", "device", "minutes"])
-        return pd.DataFrame({
-            "experiment": t["experiment"], "run": [c.label() if hasattr(c, "label") else str(c) for c in t["config"]],
-            "source": t["source"].map({"stored": "cache", "trained": "this execution"}), "commit": t["commit"],
-            "trained": t["date"].fillna("").str[:10], "device": t["device"],
-            "minutes": (t["seconds"].astype(float) / 60).round(1)})
+            return pd.DataFrame(columns=["experiment", "seed", "source", "commit", "trained", "device", "minutes"])
+        fields = [k for k in t["config"].iloc[0].to_dict() if k in t and k != "kind"]
+        varying = [k for k in fields if k == "seed" or t[k].astype(str).nunique(dropna=False) > 1]
+        out = t[["experiment"] + varying].copy()
+        out["source"] = t["source"].map({"stored": "cache", "trained": "this execution"})
+        out["commit"] = t["commit"]
+        out["trained"] = t["date"].fillna("").str[:10]
+        out["device"] = t["device"]
+        out["minutes"] = (t["seconds"].astype(float) / 60).round(1)
+        return out

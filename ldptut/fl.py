@@ -22,7 +22,8 @@ client pair (:meth:`RoundContext.pair_generator`). Every draw comes from :mod:`l
 Privacy accounting: a privatizer that states its guarantee (``guarantee(context)``, one per client,
 per coordinate) has it composed over the d coordinates and over the rounds each client took part in
 (:class:`ldptut.accounting.Guarantee`); the history records, per round, the largest ε a client spent
-in that round (``epsilon_round``) and in total so far (``epsilon_total``), per model, with ``delta``.
+in that round (``epsilon_round``, per model per round) and in total so far (``epsilon_total`` with
+``delta``; ``epsilon_unit`` says what it covers, e.g. "per model (d = 159,010 coordinates) over 10 rounds").
 
 :func:`run_fedavg` is the convenience wrapper for one run with keyword arguments.
 """
@@ -499,8 +500,8 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     not modified. Inputs are checked before any training (shapes, labels, partition indices); a privatizer
     or aggregator returning the wrong shape or type, and a diverging run, raise with the round and names.
     History columns: run, round, accuracy (in [0, 1]), loss (mean cross-entropy), clients (sampled),
-    clients_used (aggregated), epsilon_round / epsilon_total / delta (when the privatizer states its
-    guarantee), train_seconds and seconds (per run: the batch's time divided by the number of runs), and
+    clients_used (aggregated), epsilon_round / epsilon_total / delta / epsilon_unit (when the privatizer
+    states its guarantee), train_seconds and seconds (per run: the batch's time divided by the number of runs), and
     the run's ``info``.
     """
     from tqdm import tqdm  # plain text bar: works in terminals and notebooks without ipywidgets
@@ -558,7 +559,8 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                    "clients_used": int(metrics.get("clients_used", m))}
             if spent is not None:
                 total = accountants[a].worst_total()
-                row.update(epsilon_round=spent.epsilon, epsilon_total=total.epsilon, delta=total.delta)
+                row.update(epsilon_round=spent.epsilon, epsilon_total=total.epsilon, delta=total.delta,
+                           epsilon_unit=str(total.unit))
             rows.append({**row, **{k: v for k, v in metrics.items() if k != "clients_used"}, **dict(run.info)})
         seconds = time.perf_counter() - t0
         for row in rows[-len(runs):]:

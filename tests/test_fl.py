@@ -284,6 +284,7 @@ def test_history_records_the_epsilon_spent_with_its_unit():
     g = res.guarantees[0]
     assert isinstance(g, Guarantee) and g.epsilon == pytest.approx(d * eps * counts.max().item())
     assert str(g.unit) == f"per model (d = {d:,} coordinates) over {int(counts.max())} rounds"
+    assert h["epsilon_unit"].iloc[-1] == str(g.unit) and h["epsilon_unit"].iloc[0].endswith("per round")
     assert res.guarantees == [g] and "epsilon_round" not in _simulate([dict(seed=4)], rounds=1).history
 
 

@@ -107,5 +107,7 @@ def test_runner_records_a_small_grid_and_reuses_shared_runs():
     assert s["epsilon"].tolist() == ["2", "non-private"] and (s["count"] == 1).all()
     prov = runner.provenance()
     assert len(prov) == 4 and set(prov["source"]) == {"this execution"}
+    assert {"experiment", "mechanism", "epsilon", "seed", "commit", "device"} <= set(prov.columns)
+    assert "n_clients" not in prov  # the same for every run: not a column
     h = records[1].history
     assert (h["epsilon_round"] == 2.0 * 650).all()  # logreg on 8x8 digits: d = 10 x 65 weights, 2 per weight

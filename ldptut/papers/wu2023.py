@@ -383,21 +383,6 @@ def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, settin
     return out
 
 
-def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, setting: Mapping[str, Any], *,
-                      reading: str = "sqrt_all") -> list:
-    """One mechanism per client: IID Gaussian with the paper's σ_i (``reading``), non-IID LdpSign; None = no noise."""
-    out = []
-    for e in epsilons:
-        if e is None:
-            out.append(None)
-        elif protocol == "iid":
-            sig = paper_gaussian_sigma(e, delta=setting["delta"], q=setting["q"], rounds=setting["rounds"], reading=reading)
-            out.append(Gaussian.with_sigma(sigma=sig, delta=setting["delta"], radius=setting["clip"]))
-        else:
-            out.append(LdpSign(epsilon=e, delta=setting["delta"], l2_sensitivity=setting["l2"], radius=setting["clip"]))
-    return out
-
-
 def grid_scenarios(setting: Mapping[str, Any], *, aggregations: Sequence[str] = AGGREGATIONS) -> list[tuple]:
     """The paper's grid as (scenario, label, ε per client, aggregation): no noise and every client at each ε
     of ``setting["epsilons"]`` with A (non-personalized), then every profile with each aggregation."""
