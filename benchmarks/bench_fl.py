@@ -86,7 +86,7 @@ def main() -> None:
         local(True)()
         t_cl = best_of(local(True), args.repeats)
         t_cf = best_of(local(False), args.repeats)
-        label = f"(d) cnn2 local training, channels-last / plain"
+        label = "(d) cnn2 local training, channels-last / plain"
         print(f"{label:<48}{t_cl:>10.3f}{t_cl / t_cf:>10.2f}   (plain {t_cf:.3f} s)")
 
 

@@ -18,7 +18,6 @@ nothing leaks. :func:`range_leak` runs both cases side by side.
 """
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Optional, Tuple
 

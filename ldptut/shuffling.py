@@ -20,7 +20,6 @@ Times are in seconds and float64; randomness comes from an explicit ``torch.Gene
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union

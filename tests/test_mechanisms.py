@@ -21,7 +21,7 @@ from ldptut.mechanisms import (
     TwoPoint,
     make_mechanism,
 )
-from ldptut.audits import exact_ldp_audit, histogram_ratio_exact, monte_carlo_audit
+from ldptut.audits import exact_ldp_audit, monte_carlo_audit
 from ldptut.rng import generator
 
 N = 100_000  # samples per input point

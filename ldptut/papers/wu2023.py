@@ -581,7 +581,6 @@ def compare(final: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"no reported numbers for experiment(s) {unknown}; known: {EXPERIMENTS}")
     rows = []
     for key in [k for k in EXPERIMENTS if k in present]:  # the paper's order, whatever the order of the runs
-        proto = key.split()[0]
         rep = {r.where["quantity"]: r for r in REPORTED if r.where["experiment"] == key}
         f = final[final["experiment"] == key]
         nn = 100 * f[f["profile"] == "no noise"]["accuracy"]
