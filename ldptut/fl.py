@@ -372,10 +372,6 @@ class FLResult:
     def final_accuracy(self) -> float:
         return float(self.history["accuracy"].iloc[-1])
 
-    def final(self) -> pd.DataFrame:
-        """The last round of every run."""
-        return self.history[self.history["round"] == self.history["round"].max()].reset_index(drop=True)
-
 
 def _check_labels(y: torch.Tensor, name: str, k: int) -> None:
     if y.dtype.is_floating_point or y.dtype == torch.bool or y.dtype.is_complex:
@@ -397,16 +393,20 @@ def _check_inputs(model: nn.Module, runs: Sequence[Run], x_train: torch.Tensor, 
             raise ValueError(f"x_{name} has {x.shape[0]} samples but y_{name} has {y.shape[0]} labels")
     if x_test.shape[0] == 0:
         raise ValueError("x_test is empty: the global model is evaluated on the test set after every round")
+    was_training = model.training
     try:
         with torch.no_grad():
-            k = model(x_test[:1]).shape[-1]
+            k = model.eval()(x_test[:1]).shape[-1]  # eval: BatchNorm neither fails on one sample nor updates stats
     except Exception as e:
         raise ValueError(f"the model cannot take the data's samples (x_test[:1] has shape {tuple(x_test[:1].shape)}): "
                          f"{type(e).__name__}: {e}") from e
+    finally:
+        model.train(was_training)
     _check_labels(y_train, "y_train", k)
     _check_labels(y_test, "y_test", k)
     n = x_train.shape[0]
     n_clients = len(runs[0].partition)
+    d = ParamLayout.from_model(model).numel
     for a, run in enumerate(runs):
         where = f"run {a}: " if len(runs) > 1 else ""
         if isinstance(run.seed, bool) or not isinstance(run.seed, int) or run.seed < 0:
@@ -426,9 +426,9 @@ def _check_inputs(model: nn.Module, runs: Sequence[Run], x_train: torch.Tensor, 
                 bad = lo if lo < 0 else hi
                 raise ValueError(f"{where}partition[{i}] holds sample index {bad}, outside 0..{n - 1} of x_train "
                                  "(negative indices would wrap around silently)")
-        if run.initial is not None and run.initial.shape != (ParamLayout.from_model(model).numel,):
-            raise ValueError(f"{where}initial must be a vector of the model's {ParamLayout.from_model(model).numel} "
-                             f"weights, got shape {tuple(run.initial.shape)}")
+        if run.initial is not None and run.initial.shape != (d,):
+            raise ValueError(f"{where}initial must be a vector of the model's {d} weights, "
+                             f"got shape {tuple(run.initial.shape)}")
 
 
 def _privatize(privatizer: Privatizer, payloads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:

@@ -356,3 +356,15 @@ def test_a_diverging_run_stops_with_its_round_and_learning_rate():
     model = models.build_model("logreg", input_shape=(1, 8, 8), num_classes=4, seed=0)
     with pytest.raises(FloatingPointError, match=r"round \d+: training diverges, the test loss rose to .* \(learning rate 10 too large\?\)"):
         fl.run_fedavg(model, rounds=8, lr=10.0, weight_decay=0.25, batch_size=32, progress=False, **data)
+
+
+def test_the_input_check_leaves_a_batchnorm_model_untouched():
+    """The up-front check runs the model on one test sample: in eval mode, so BatchNorm neither fails on a
+    batch of one nor learns running statistics from the test set."""
+    model = models.build_model("resnet18", input_shape=(3, 8, 8), num_classes=4, seed=0, norm="batch")
+    data = _toy()
+    x = data["x_train"].expand(-1, 3, -1, -1).contiguous()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fl._check_inputs(model, [fl.Run(seed=0, partition=data["partition"])], x, data["y_train"],
+                     x[:10], data["y_train"][:10])
+    assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())

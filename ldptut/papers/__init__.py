@@ -31,7 +31,6 @@ class Paper:
     """Who wrote it, where it appeared, and where the book re-runs it."""
 
     key: str            # the module name under ldptut.papers
-    title: str
     citation: str
     chapter: str        # the chapter notebook, relative to the repository root, without .ipynb
     intro: str          # the book introduction's bullet for this chapter (bold short title first)

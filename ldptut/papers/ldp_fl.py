@@ -22,7 +22,6 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CL
 
 PAPER = Paper(
     key="ldp_fl",
-    title="LDP-FL: adaptive-range perturbation and parameter shuffling",
     citation="L. Sun, J. Qian, X. Chen. LDP-FL: Practical private aggregation in federated learning with local "
              "differential privacy. IJCAI 2021.",
     chapter="book/ldp_fl",

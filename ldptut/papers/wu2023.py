@@ -53,7 +53,6 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
 
 PAPER = Paper(
     key="wu2023",
-    title="Personalized privacy budgets in LDP-FL",
     citation="X. Wu, L. Xu, L. Zhu. Local Differential Privacy-Based Federated Learning under Personalized "
              "Settings. Applied Sciences 13(7):4168, 2023.",
     chapter="book/personalized_ldp_fl",
@@ -450,8 +449,9 @@ class WuRun(RunConfig):
     def mechanisms(self) -> list:
         return client_mechanisms(self.epsilons, self.protocol, self.setting(), reading=self.reading)
 
-    def aggregator(self) -> Any:
-        mechs = self.mechanisms()
+    def aggregator(self, mechs: Optional[list] = None) -> Any:
+        """A (plain mean), B or C over the clients' σ_i (``mechs``: this run's :meth:`mechanisms`, if built)."""
+        mechs = self.mechanisms() if mechs is None else mechs
         if self.aggregation == "A":
             agg = mean_aggregator
         elif self.aggregation == "B":
@@ -464,9 +464,6 @@ class WuRun(RunConfig):
         """The run's labels in a history: experiment, kind, profile, aggregation, seed, reading."""
         return {"experiment": self.experiment, "kind": self.scenario, "profile": self.profile,
                 "aggregation": self.aggregation, "seed": self.seed, "reading": self.reading}
-
-    def label(self) -> str:
-        return f"{self.experiment}, {self.profile}, {self.aggregation}, seed {self.seed}"
 
     def group_key(self) -> Any:
         """Every run of one experiment (all profiles, aggregations and seeds) is trained together."""
@@ -488,9 +485,11 @@ class WuRun(RunConfig):
         dim = exp.x_train.reshape(len(exp.x_train), -1).shape[1]
         model = LogisticRegression(input_shape=(dim,), num_classes=exp.num_classes).double()
         zeros = torch.zeros(exp.num_classes * (dim + 1), dtype=torch.float64)  # the global model starts at 0 (Section 3)
-        runs = [Run(seed=c.seed, partition=exp.partition(c.seed), initial=zeros, aggregator=c.aggregator(),
-                    privatizer=PersonalizedPerturbation(c.mechanisms(), clip=c.clip, sign=c.protocol == "noniid"))
-                for c in configs]
+        runs = []
+        for c in configs:
+            mechs = c.mechanisms()
+            runs.append(Run(seed=c.seed, partition=exp.partition(c.seed), initial=zeros, aggregator=c.aggregator(mechs),
+                            privatizer=PersonalizedPerturbation(mechs, clip=c.clip, sign=c.protocol == "noniid")))
         config = FLConfig(rounds=first.rounds, trainer=PerSampleSGD(passes=first.local_passes, alpha=first.alpha,
                                                                    q=first.q if first.protocol == "iid" else 1.0),
                           client_fraction=1.0, send="weights", device=runner.device, progress=runner.progress,
