@@ -85,6 +85,16 @@ class FedAvgRun(RunConfig):
         return LocalSGD(local_epochs=self.local_epochs, batch_size=self.batch_size, optimizer=opt,
                         vectorize=vectorize, client_chunk=client_chunk)
 
+    def server_rule(self) -> Any:
+        """The aggregator the server applies (``aggregator`` by name; kinds may build their own rule)."""
+        return self.aggregator
+
+    def data(self, ds: _data.Dataset) -> _data.Dataset:
+        """The data this run trains and evaluates on: ``ds`` itself (kinds may cut it, e.g. to a subset)."""
+        if ds.name != self.dataset:
+            raise ValueError(f"this run is on {self.dataset!r}, got the data set {ds.name!r}")
+        return ds
+
     def client_partition(self, labels: torch.Tensor, num_classes: Optional[int] = None) -> list[torch.Tensor]:
         if self.partition == "iid":
             return _partition.iid(labels, self.n_clients, seed=self.seed)
@@ -98,10 +108,9 @@ class FedAvgRun(RunConfig):
                  privatizer: Any = None, vectorize: bool | str = "auto") -> FLResult:
         """Train this run on ``ds`` (the data set named by ``dataset``). ``privatizer`` replaces the
         configuration's (e.g. a :class:`~ldptut.fl.RecordPayloads` around it, to inspect what is sent)."""
-        if ds.name != self.dataset:
-            raise ValueError(f"this run is on {self.dataset!r}, got the data set {ds.name!r}")
+        ds = self.data(ds)
         run = Run(seed=self.seed, partition=self.client_partition(ds.y_train, ds.num_classes),
-                  privatizer=self.privatizer() if privatizer is None else privatizer, aggregator=self.aggregator)
+                  privatizer=self.privatizer() if privatizer is None else privatizer, aggregator=self.server_rule())
         config = FLConfig(rounds=self.rounds, trainer=self.trainer(vectorize=vectorize),
                           client_fraction=self.client_fraction, send=self.send, device=device, progress=progress,
                           desc=desc or self.label())

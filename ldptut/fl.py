@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import pandas as pd
@@ -48,7 +48,7 @@ from .training import LocalSGD, OptimizerSpec, Trainer, batch_schedule
 
 __all__ = [
     "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange", "RANGE_RULES",
-    "LocalPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS",
+    "LocalPerturbation", "PairedPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS",
     "make_aggregator", "sample_clients", "evaluate", "load_vector", "Run", "FLConfig", "FLResult", "simulate",
     "run_fedavg", "train_centralised",
 ]
@@ -225,6 +225,70 @@ class LocalPerturbation:
 
     def __repr__(self) -> str:
         return f"LocalPerturbation({self.mechanism.__name__}, epsilon={self.epsilon}, range={self.range})"
+
+
+class PairedPerturbation:
+    """Clip to a range and perturb with LDP-FL's two-point mechanism, the sampled clients paired at random
+    each round and each pair negatively correlated (CoQ-FL / CorBin-FL, Algorithm 1).
+
+    The server pairs the round's clients by a random permutation (its "pairing" stream, on the CPU so
+    the pairs do not depend on the device); in each pair the first is the leader, the second the
+    follower of :class:`~ldptut.mechanisms.CorrelatedTwoPoint`. An odd client out uses the plain
+    two-point mechanism with its own "privatize" stream. The common randomness of all pairs is drawn in
+    one call from the round's "pair-shared" stream (row k belongs to pair k alone; in a deployment the
+    two clients derive it from a seed they share, :meth:`RoundContext.pair_generator`), the clients'
+    local coins in one call from "pair-local": no Python loop over pairs or weights.
+
+    :meth:`guarantee`: ε per coordinate per round for each client's **own** report (its marginal is
+    exactly the two-point mechanism). The server also sees the partner's report; that joint view is
+    not ε-LDP for either client (the CorBin chapter computes its privacy loss).
+    """
+
+    def __init__(self, *, epsilon: float, range: Callable[[RoundContext], tuple] = FixedRange(),
+                 num_rand: int = 8, p_x: float = 0.5):
+        from .mechanisms import CorrelatedTwoPoint
+
+        self.epsilon, self.range, self.num_rand, self.p_x = epsilon, range, num_rand, p_x
+        self._unit = CorrelatedTwoPoint(epsilon=epsilon, num_rand=num_rand, p_x=p_x)  # validates now
+
+    def mechanism(self, context: RoundContext):
+        from .mechanisms import CorrelatedTwoPoint
+
+        center, radius = self.range(context)
+        return CorrelatedTwoPoint(epsilon=self.epsilon, center=center, radius=radius, num_rand=self.num_rand,
+                                  p_x=self.p_x)
+
+    @staticmethod
+    def pairs(context: RoundContext) -> tuple[torch.Tensor, torch.Tensor, Optional[int]]:
+        """(leader rows, follower rows, the odd row or None): rows of this round's payloads, paired at random."""
+        m = len(context.client_ids)
+        perm = torch.randperm(m, generator=round_generator(context.seed, context.round, "pairing"))
+        k = m // 2
+        return perm[0:2 * k:2], perm[1:2 * k:2], (int(perm[-1]) if m % 2 else None)
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        mech = self.mechanism(context)
+        leaders, followers, odd = self.pairs(context)
+        leaders, followers = leaders.to(payloads.device), followers.to(payloads.device)
+        out = torch.empty_like(payloads)
+        if len(leaders):
+            dev = context.device
+            shared = round_generator(context.seed, context.round, "pair-shared", device=dev)
+            local = round_generator(context.seed, context.round, "pair-local", device=dev)
+            out[leaders], out[followers] = mech.privatize_pairs(payloads[leaders], payloads[followers],
+                                                                shared=shared, local=local)
+        if odd is not None:
+            out[odd] = mech.privatize(payloads[odd], generator=context.generators[odd])
+        return out
+
+    def guarantee(self, context: RoundContext) -> list[Guarantee]:
+        """Each client's own report: ε per coordinate per round (the joint view of a pair is not covered)."""
+        g = replace(self._unit.guarantee, note="each client's own report (a pair's joint view is not ε-LDP)")
+        return [g] * len(context.client_ids)
+
+    def __repr__(self) -> str:
+        return (f"PairedPerturbation(CorrelatedTwoPoint, epsilon={self.epsilon}, range={self.range}, "
+                f"num_rand={self.num_rand}, p_x={self.p_x})")
 
 
 class RecordPayloads:

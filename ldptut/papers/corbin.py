@@ -1,0 +1,353 @@
+"""CoQ-FL / CorBin-FL: LDP-FL's two-point mechanism with negatively correlated client pairs.
+
+Sources: the CoQ-FL draft (``../shared/papers/coq-fl_correlated-quantization_draft.txt``: Eq. 2-6,
+Lemma 2, Algorithms 1-3; "LDP-FedCR" in its algorithm boxes) and its published form, CorBin-FL
+(arXiv 2409.13133), whose experiment settings and numbers we take from the reading notes
+(``NOTES.md`` section 3) and the authors' public code.
+
+The mechanism is generic and lives in the package: :class:`ldptut.mechanisms.CorrelatedTwoPoint` (one
+pair, exact marginals and joint law) and :class:`ldptut.fl.PairedPerturbation` (random pairs each round,
+the odd client out on the plain two-point mechanism). This module holds the paper's closed forms
+(Lemma 2, Eq. 6), the two claim checks (the "50 % of the budget" claim and the joint view of a pair),
+its settings and numbers, the experiment grid (:class:`CorbinRun`) and the paper-vs-ours table.
+Every ε here is **per weight per round**, as in the paper.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .._validate import epsilon as _epsilon, fraction, pos_int, real
+from ..data import Dataset
+from ..experiments import FedAvgRun
+from ..fl import PairedPerturbation, RoundContext
+from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
+from ..rng import generator
+from . import Paper, Reported, mean_std
+
+__all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
+           "independent_pair_variance", "epsilon_from_a", "equal_variance_epsilons", "joint_view_loss",
+           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "configs", "compare"]
+
+PAPER = Paper(
+    key="corbin",
+    citation="CoQ-FL: Local differential privacy for federated learning with correlated quantization (draft); "
+             "published as CorBin-FL, arXiv 2409.13133.",
+    chapter="book/corbin",
+    intro="**CoQ-FL / CorBin-FL**: LDP-FL's two-point mechanism with negatively correlated client pairs, "
+          "what the correlation buys (variance, not half the budget) and what the server's view of a pair "
+          "gives away.",
+)
+
+EPSILON_UNIT = "per weight per round"
+
+#: CorBin-FL's settings (the authors' code, NOTES.md section 3). ``num_rand`` / ``p_x``: see the chapter.
+SETTINGS = {
+    "mnist": {"model": "cnn2", "n_clients": 50, "rounds": 100, "local_epochs": 1, "optimizer": "adam", "lr": 1e-3,
+              "weight_decay": 3e-3, "batch_size": 64, "partition": "iid", "epsilons": [0.1, 0.3, 1.0, 3.0],
+              "seeds": 5},
+    "cifar10": {"model": "resnet18", "n_clients": 50, "rounds": 100, "local_epochs": 1, "optimizer": "adam",
+                "lr": 1e-3, "weight_decay": 3e-3, "batch_size": 64, "partition": "iid", "epsilons": [1.0, 5.0],
+                "seeds": 5},
+}
+
+_ACC = "accuracy (%) as reported by CorBin-FL (NOTES.md section 3); server smoothing λ tuned on test accuracy"
+
+#: Published numbers (CorBin-FL): method, data set, ε per weight per round.
+REPORTED = [
+    Reported(claim=f"{name} {method} " + ("non-private" if eps is None else f"ε={eps:g}"), value=value, metric=_ACC, source="CorBin-FL (arXiv 2409.13133)",
+             epsilon=eps, epsilon_unit=EPSILON_UNIT if eps is not None else "",
+             setting=(("dataset", name), ("method", method)))
+    for name, method, eps, value in [
+        ("mnist", "coq_fl", 0.1, 93.1), ("mnist", "coq_fl", 0.3, 96.5), ("mnist", "coq_fl", 1.0, 97.5),
+        ("mnist", "coq_fl", 3.0, 98.0),
+        ("cifar10", "coq_fl", 1.0, 59.5), ("cifar10", "coq_fl", 5.0, 72.7),
+        ("cifar10", "ldp_fl", 1.0, 44.2), ("cifar10", "ldp_fl", 5.0, 68.9), ("cifar10", "fedavg", None, 78.2)]
+]
+
+
+# ------------------------------------------------------------------------------------ closed forms
+def lemma2_covariance(w_i: Any, w_j: Any, *, epsilon: float, center: float = 0.0, radius: float = 1.0) -> torch.Tensor:
+    """Lemma 2 (Eq. 5): Cov(w_i*, w_j*) = -(w_i - w_lo)(w_j - w_lo) if (w_i + w_j)/2 <= c, else
+    -(w_i - w_hi)(w_j - w_hi), with w_lo/hi = c -/+ a(ε) r (float64). It is the covariance of the
+    countermonotone pair (a shared uniform, NumRand -> infinity)."""
+    a = two_point_a(epsilon)
+    wi, wj = torch.as_tensor(w_i, dtype=torch.float64), torch.as_tensor(w_j, dtype=torch.float64)
+    lo, hi = center - a * radius, center + a * radius
+    return torch.where((wi + wj) / 2 <= center, -(wi - lo) * (wj - lo), -(wi - hi) * (wj - hi))
+
+
+def eq6_pair_variance(mean: Any, *, epsilon: float, center: float = 0.0, radius: float = 1.0) -> torch.Tensor:
+    """Eq. 6: Var(w_i* + w_j*) = -4 (E[w] - c)(E[w] - w_lo) if E[w] <= c, else -4 (E[w] - c)(E[w] - w_hi),
+    E[w] = (w_i + w_j)/2 (float64). Its maximum over all E[w] is a² r², at E[w] = c -/+ a r / 2."""
+    a = two_point_a(epsilon)
+    m = torch.as_tensor(mean, dtype=torch.float64)
+    lo, hi = center - a * radius, center + a * radius
+    return torch.where(m <= center, -4 * (m - center) * (m - lo), -4 * (m - center) * (m - hi))
+
+
+def independent_pair_variance(w_i: Any, w_j: Any, *, epsilon: float, center: float = 0.0,
+                              radius: float = 1.0) -> torch.Tensor:
+    """Var(w_i* + w_j*) of two independent two-point reports: 2 a² r² - (w_i - c)² - (w_j - c)² (Eq. 3)."""
+    m = TwoPoint(epsilon=epsilon, center=center, radius=radius)
+    return m.variance(w_i) + m.variance(w_j)
+
+
+def epsilon_from_a(a: float) -> float:
+    """The ε with a(ε) = (e^ε + 1)/(e^ε - 1) = a, i.e. ε = ln((a + 1)/(a - 1)); inf for a <= 1 (no finite
+    ε gives a variance that small)."""
+    a = real(a, "a", positive=True)
+    if a <= 1:  # a(ε) > 1 for every finite ε: no ε reaches a <= 1
+        return math.inf
+    return math.log((a + 1) / (a - 1))
+
+
+def _eq6_max_in_range(a: float) -> float:
+    """max over E[w] in [c - r, c + r] of Eq. 6, in units of r²: a² if a <= 2 (the vertex a r/2 lies in the
+    range), else at E[w] = c -/+ r: 4 (a - 1)."""
+    return a * a if a <= 2 else 4 * (a - 1)
+
+
+def _mean_pair_variance(a: float, correlated: bool, n: int = 2001) -> float:
+    """Average over w_i, w_j independent uniform on [c - r, c + r] of Var(w_i* + w_j*), in units of r²
+    (correlated: Eq. 6 averaged over the triangular law of the mean; independent: 2 (a² - 1/3))."""
+    if not correlated:
+        return 2 * (a * a - 1.0 / 3.0)
+    m = np.linspace(-1.0, 1.0, n)                       # (E[w] - c)/r
+    density = 1.0 - np.abs(m)                           # triangular law of the mean of two uniforms
+    v = np.where(m <= 0, -4 * m * (m + a), -4 * m * (m - a))
+    return float(np.trapezoid(v * density, m) / np.trapezoid(density, m))
+
+
+def equal_variance_epsilons(epsilons: Iterable[float]) -> pd.DataFrame:
+    """The "50 % of the privacy budget for the same accuracy" claim, checked on the variance of a pair's sum.
+
+    For each ε of the correlated pair, the ε' at which two *independent* two-point reports have the same
+    variance of w_i* + w_j*, under three readings of "the variance": the draft's (the maximum over all
+    E[w], a² r² vs 2 a'² r²), the worst case over inputs in the range [c - r, c + r], and the average over
+    inputs uniform in the range. The claim holds where ε / ε' = 0.5; ε' = inf means no independent pair, at
+    any ε, is as precise (its variance is at least 2 r² (a'² - 1) > 0 for a' > 1).
+    """
+    rows = []
+    for eps in epsilons:
+        a = two_point_a(_epsilon(eps))
+        row: dict[str, float] = {"ε correlated": eps}
+        # draft: 2 a'^2 = a^2
+        e1 = epsilon_from_a(a / math.sqrt(2))
+        # worst case in range: independent 2 a'^2 (at w = c) = correlated max in range
+        e2 = epsilon_from_a(math.sqrt(_eq6_max_in_range(a) / 2))
+        # average over uniform inputs: 2 (a'^2 - 1/3) = correlated average
+        e3 = epsilon_from_a(math.sqrt(_mean_pair_variance(a, True) / 2 + 1.0 / 3.0))
+        for label, e in (("sup over E[w] (draft)", e1), ("worst case in range", e2), ("average, uniform inputs", e3)):
+            row[f"ε' {label}"] = e
+            row[f"ε/ε' {label}"] = eps / e
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def joint_view_loss(mechanism: CorrelatedTwoPoint, x_partner: float, *, grid: int = 201,
+                    role: str = "leader") -> dict[str, float]:
+    """Privacy loss of one client when the server sees both reports of its pair and knows the partner's
+    input ``x_partner`` (or the partner colludes): over a grid of the client's inputs in the range,
+    max log P[(o_i, o_j) | x] / P[(o_i, o_j) | x'] (inf when a joint outcome has probability 0 for one
+    input and not for another), the share of inputs for which some joint outcome has probability 0, and the δ at ε = the
+    mechanism's: max over x, x' of Σ_o max(0, P[o | x] - e^ε P[o | x'])."""
+    if role not in ("leader", "follower"):
+        raise ValueError(f"role must be 'leader' or 'follower', got {role!r}")
+    c, r = float(mechanism.center), float(mechanism.radius)
+    xs = torch.linspace(c - r, c + r, grid, dtype=torch.float64)
+    xp = torch.full_like(xs, x_partner)
+    _, probs = (mechanism.joint_distribution(xs, xp) if role == "leader"
+                else mechanism.joint_distribution(xp, xs))
+    p = probs.reshape(grid, 4)                                   # outcomes (--, -+, +-, ++)
+    num, den = p[:, None, :], p[None, :, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = torch.where(num > 0, num / den, torch.zeros_like(num))
+    loss = float(torch.log(ratio.max()).item()) if torch.isfinite(ratio).all() else math.inf
+    delta = float(torch.clamp(num - math.exp(mechanism.epsilon) * den, min=0).sum(-1).max())
+    impossible = ((p <= 0) & (p.amax(0, keepdim=True) > 0)).any(-1)
+    return {"max privacy loss": loss, "inputs with an impossible joint outcome (%)":
+            100.0 * float(impossible.double().mean()), "δ at ε": delta}
+
+
+def joint_view_table(epsilon: float, *, partners: Sequence[float] = (-1.0, -0.5, 0.0, 0.5, 1.0),
+                     num_rand: Sequence[int] = (0, 1, 8), grid: int = 201) -> pd.DataFrame:
+    """:func:`joint_view_loss` of the leader on [-1, 1] for each partner input and NumRand (0 is the
+    independent pair, whose joint view is ε-LDP for each client)."""
+    rows = []
+    for nr in num_rand:
+        mech = CorrelatedTwoPoint(epsilon=epsilon, center=0.0, radius=1.0, num_rand=nr)
+        for xp in partners:
+            rows.append({"NumRand": nr, "partner's input": xp, **joint_view_loss(mech, xp, grid=grid)})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ server rule
+@dataclass(frozen=True)
+class SmoothedMean:
+    """CorBin-FL's server smoothing (authors' code): W <- (1 - λ) W + λ mean(W_i*). λ = 1 is the plain mean.
+    The authors tuned λ on test accuracy; here it is an explicit option, tuned on a validation split."""
+
+    lam: float
+
+    def __post_init__(self) -> None:
+        fraction(self.lam, "smoothing λ")
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
+        if context.send != "weights":
+            raise ValueError("SmoothedMean mixes weights; use send='weights'")
+        return (1.0 - self.lam) * context.global_vector + self.lam * payloads.mean(dim=0), {}
+
+
+# ------------------------------------------------------------------------------------ runs
+#: The chapter's methods: (mechanism, correlated) of a :class:`CorbinRun`.
+METHODS = {"fedavg": (None, False), "ldp_fl": ("two_point", False), "coq_fl": ("two_point", True)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorbinRun(FedAvgRun):
+    """A FedAvg run with LDP-FL's two-point mechanism, optionally on correlated pairs (CoQ-FL).
+
+    ``correlated``: pair the clients at random each round (:class:`~ldptut.fl.PairedPerturbation` with
+    ``num_rand`` shared bits of bias ``p_x``); ``smoothing``: the server's λ (None: the plain mean).
+    ``n_train`` / ``n_test``: use the first n of a fixed shuffle (seed 0) of the training / test set
+    (None: all). ``validation``: hold out this many training examples (the last of the same shuffle) and
+    evaluate on them instead of the test set (for tuning λ, never on test).
+    """
+
+    kind: ClassVar[str] = "corbin"
+
+    correlated: bool = False
+    num_rand: int = 8
+    p_x: float = 0.5
+    smoothing: Optional[float] = None
+    n_train: Optional[int] = None
+    n_test: Optional[int] = None
+    validation: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.correlated and self.mechanism != "two_point":  # before the parent builds the privatizer
+            raise ValueError(f"correlated pairs perturb with the two-point mechanism; got mechanism={self.mechanism!r}")
+        super().__post_init__()
+        if self.smoothing is not None:
+            SmoothedMean(self.smoothing)
+        for name in ("n_train", "n_test", "validation"):
+            if getattr(self, name) is not None:
+                pos_int(getattr(self, name), name)
+
+    @property
+    def method(self) -> str:
+        """"fedavg", "ldp_fl" or "coq_fl"."""
+        return "fedavg" if self.mechanism is None else ("coq_fl" if self.correlated else "ldp_fl")
+
+    def privatizer(self):
+        if self.correlated:
+            return PairedPerturbation(epsilon=self.epsilon, range=self.range, num_rand=self.num_rand, p_x=self.p_x)
+        return super().privatizer()
+
+    def server_rule(self):
+        return self.aggregator if self.smoothing is None else SmoothedMean(self.smoothing)
+
+    def data(self, ds: Dataset) -> Dataset:
+        """``ds`` cut to this run's sizes (a fixed shuffle of seed 0), the validation split as its test set."""
+        import dataclasses
+
+        ds = super().data(ds)
+        if self.n_train is None and self.n_test is None and self.validation is None:
+            return ds
+        n_tr = ds.x_train.shape[0]
+        perm = torch.randperm(n_tr, generator=generator(0, "corbin-train-shuffle")).to(ds.x_train.device)
+        hold = self.validation or 0
+        need = (self.n_train or n_tr - hold) + hold
+        if need > n_tr:
+            raise ValueError(f"n_train + validation = {need} exceeds the {n_tr} training examples of {ds.name}")
+        train = perm[: need - hold]
+        if hold:
+            val = perm[n_tr - hold:]
+            x_te, y_te = ds.x_train[val], ds.y_train[val]
+        else:
+            x_te, y_te = ds.x_test, ds.y_test
+            if self.n_test is not None:
+                if self.n_test > x_te.shape[0]:
+                    raise ValueError(f"n_test = {self.n_test} exceeds the {x_te.shape[0]} test examples of {ds.name}")
+                pt = torch.randperm(x_te.shape[0], generator=generator(0, "corbin-test-shuffle"))[: self.n_test]
+                x_te, y_te = x_te[pt.to(x_te.device)], y_te[pt.to(y_te.device)]
+        return dataclasses.replace(ds, x_train=ds.x_train[train], y_train=ds.y_train[train], x_test=x_te, y_test=y_te)
+
+    def label(self) -> str:
+        """"FedAvg, seed 0", "LDP-FL ε=1, seed 0", "CoQ-FL ε=1, λ=0.5, seed 0"."""
+        if self.mechanism is None:
+            return f"FedAvg, seed {self.seed}"
+        name = "CoQ-FL" if self.correlated else "LDP-FL"
+        lam = "" if self.smoothing is None else f", λ={self.smoothing:g}"
+        return f"{name} ε={self.epsilon:g}{lam}, seed {self.seed}"
+
+
+def run(method: str, *, base: CorbinRun, epsilon: Optional[float] = None) -> CorbinRun:
+    """``base`` (non-private) turned into ``method`` ("fedavg", "ldp_fl", "coq_fl") at ``epsilon``."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
+    mechanism, correlated = METHODS[method]
+    if mechanism is None:
+        return base.replace(mechanism=None, epsilon=None, range=None, correlated=False)
+    if epsilon is None:
+        raise ValueError(f"method {method!r} needs epsilon (per weight per round)")
+    from ..fl import GlobalModelRange
+
+    return base.replace(mechanism=mechanism, epsilon=epsilon, range=base.range or GlobalModelRange(),
+                        correlated=correlated)
+
+
+def configs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterable[float],
+            methods: Sequence[str] = ("fedavg", "ldp_fl", "coq_fl")) -> list[tuple[str, CorbinRun]]:
+    """The grid "vs epsilon": FedAvg once per seed, LDP-FL and CoQ-FL at every ε, for every seed."""
+    out = []
+    for s in seeds:
+        b = base.replace(seed=s)
+        for m in methods:
+            if m == "fedavg":
+                out.append(("vs epsilon", run(m, base=b)))
+            else:
+                out.extend(("vs epsilon", run(m, base=b, epsilon=e)) for e in epsilons)
+    return out
+
+
+def compare(runs: pd.DataFrame) -> pd.DataFrame:
+    """CorBin-FL's reported accuracies beside ours (final test accuracy, mean ± std over seeds), per data
+    set, method and ε (per weight per round), from a Runner table or ``runcache.load_runs``; the
+    composed figure per client over the run is ε · d · rounds."""
+    rows = []
+    for claim in REPORTED:
+        where = claim.where
+        sel = runs[(runs["dataset"] == where["dataset"])] if len(runs) else runs
+        if len(sel):
+            sel = sel[sel["config"].map(lambda c: getattr(c, "method", None) == where["method"])]
+            sel = sel[sel["epsilon"].isna()] if claim.epsilon is None else sel[sel["epsilon"] == claim.epsilon]
+        settings = composed = ""
+        if len(sel):
+            c = sel["config"].iloc[0]
+            settings = f"{c.model}, {c.n_clients} clients, {c.rounds} rounds" + (
+                f", λ={c.smoothing:g}" if c.smoothing is not None else ", no smoothing")
+            if claim.epsilon is not None:
+                d = _n_params(c)
+                composed = f"{claim.epsilon * d * c.rounds:.3g} (d = {d:,}, {c.rounds} rounds)"
+        rows.append({"claim": claim.claim, "ε unit": claim.epsilon_unit or "non-private",
+                     "paper (%)": claim.value, "ours (%)": mean_std(sel["accuracy"]) if len(sel) else "not run",
+                     "settings": settings, "ε composed per client (basic)": composed})
+    return pd.DataFrame(rows)
+
+
+_SHAPES = {"mnist": ((1, 28, 28), 10), "fashion_mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
+
+
+def _n_params(c: CorbinRun) -> int:
+    """d, the number of weights each client reports per round (one two-point report each)."""
+    from ..models import build_model, count_parameters
+
+    shape, k = _SHAPES[c.dataset]
+    return count_parameters(build_model(c.model, input_shape=shape, num_classes=k))

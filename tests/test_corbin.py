@@ -1,0 +1,319 @@
+"""CoQ-FL / CorBin-FL: the correlated pair sampler (marginals exact, joint law, covariance against Lemma 2,
+Eq. 6), the random pairing with the odd client's fallback, determinism, the claim checks, and the runs.
+
+Statistical tolerances: an empirical frequency p̂ of N draws is compared with its exact p within
+5 standard errors sqrt(p (1 - p) / N) (a false alarm has probability < 1e-6 per comparison); the
+samplers are seeded, so each test gives the same numbers every time."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from ldptut import fl, models
+from ldptut.audits import exact_ldp_audit
+from ldptut.mechanisms import CorrelatedTwoPoint, TwoPoint, codebook_cdf, two_point_a
+from ldptut.papers import corbin
+from ldptut.rng import generator
+from ldptut.runcache import RunRecord, records_table
+from ldptut.training import LocalSGD, OptimizerSpec
+
+XL = torch.tensor([-1.0, -0.9, -0.2, 0.0, 0.3, 0.8, 1.0, 0.05])
+XF = torch.tensor([1.0, 0.5, -0.4, 0.0, 0.31, -0.7, 1.0, -0.05])
+
+
+def _draw(mech, n=200_000, seed=0):
+    L, F = XL.repeat(n, 1), XF.repeat(n, 1)
+    return mech.privatize_pairs(L, F, shared=generator(seed, "shared"), local=generator(seed, "local"))
+
+
+def _within(freq, p, n, k=5.0):
+    se = torch.sqrt(p * (1 - p) / n).clamp(min=1.0 / n)
+    return bool(((freq - p).abs() <= k * se).all())
+
+
+# ---------------------------------------------------------------------------------------- codebook
+@pytest.mark.parametrize("nr,px", [(0, 0.5), (1, 0.5), (3, 0.3), (5, 0.8)])
+def test_codebook_cdf_is_the_law_of_numrand_biased_bits_read_as_an_integer(nr, px):
+    cdf = codebook_cdf(nr, px)
+    assert cdf.shape == (2 ** nr + 1,) and cdf[0] == 0 and cdf[-1] == 1 and bool((cdf.diff() > 0).all())
+    for s in range(2 ** nr):
+        ones = bin(s).count("1")
+        assert (cdf[s + 1] - cdf[s]).item() == pytest.approx(px ** ones * (1 - px) ** (nr - ones), rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------- the sampler
+@pytest.mark.parametrize("nr,px", [(0, 0.5), (1, 0.5), (3, 0.3), (8, 0.5)])
+def test_pair_sampler_matches_the_exact_joint_law(nr, px):
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=nr, p_x=px)
+    n = 200_000
+    ol, of = _draw(mech, n)
+    lo, hi = mech.output_values(XL)
+    assert bool(((ol == lo.float()) | (ol == hi.float())).all())
+    _, probs = mech.joint_distribution(XL, XF)
+    pl, pf = (ol > 0), (of > 0)
+    for i, a in enumerate((~pl, pl)):
+        for j, b in enumerate((~pf, pf)):
+            assert _within((a & b).double().mean(0), probs[:, i, j], n), (i, j)
+
+
+def test_each_marginal_is_exactly_the_two_point_mechanism_and_passes_the_exact_ldp_audit():
+    for nr, px in [(1, 0.5), (4, 0.5), (6, 0.2), (12, 0.5)]:
+        mech = CorrelatedTwoPoint(epsilon=0.7, center=0.1, radius=0.3, num_rand=nr, p_x=px)
+        tp = TwoPoint(epsilon=0.7, center=0.1, radius=0.3)
+        x = torch.linspace(-0.3, 0.5, 41, dtype=torch.float64)
+        for partner in (-0.2, 0.1, 0.4):
+            _, probs = mech.joint_distribution(x, torch.full_like(x, partner))
+            assert torch.allclose(probs[..., 1, :].sum(-1), tp.prob_plus(x), atol=1e-12)   # leader
+            assert torch.allclose(probs[..., :, 1].sum(-1), tp.prob_plus(partner).expand_as(x), atol=1e-12)
+            assert bool((probs >= -1e-15).all()) and torch.allclose(probs.sum((-1, -2)), torch.ones_like(x))
+        audit = exact_ldp_audit(mech, x)  # output_distribution is the marginal (inherited)
+        assert audit.passed and audit.epsilon_observed == pytest.approx(0.7, abs=1e-9)
+
+
+def test_outputs_are_unbiased_and_the_pair_sum_variance_is_the_exact_one():
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=8)
+    n = 200_000
+    ol, of = (t.double() for t in _draw(mech, n, seed=3))
+    for out, x in ((ol, XL), (of, XF)):
+        sd = mech.variance(x).sqrt()
+        assert bool(((out.mean(0) - x).abs() <= 5 * sd / math.sqrt(n)).all())
+    var_sum = (ol + of).var(0)
+    exact = mech.pair_sum_variance(XL, XF)
+    # the sample variance of a bounded variable: relative error within 5 sd; sd <= sqrt(2/n) times the range
+    span = 4 * two_point_a(1.0)
+    assert bool(((var_sum - exact).abs() <= 5 * span ** 2 / math.sqrt(n) + 1e-9).all())
+    cov = ((ol - ol.mean(0)) * (of - of.mean(0))).mean(0)
+    assert bool(((cov - mech.covariance(XL, XF)).abs() <= 5 * span ** 2 / 4 / math.sqrt(n)).all())
+
+
+def test_sampler_agrees_with_explicit_numrand_bits():
+    """The shared index drawn by the inverse CDF has the law of NumRand Bernoulli(p_x) bits read as an
+    integer: the leader's report from explicit bits (the cell rule) has the same frequency of +."""
+    nr, px, n = 3, 0.3, 200_000
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=nr, p_x=px)
+    g = generator(5, "bits")
+    bits = (torch.rand(n, nr, generator=g) < px).long()
+    k = (bits * (2 ** torch.arange(nr))).sum(1)              # the integer IntCR
+    cdf = codebook_cdf(nr, px)
+    t = mech.prob_plus(torch.tensor(0.3)).item()
+    cell = int(torch.searchsorted(cdf[1:-1], torch.tensor(t, dtype=torch.float64), right=True))
+    f = (t - cdf[cell]) / (cdf[cell + 1] - cdf[cell])
+    v = torch.rand(n, generator=g, dtype=torch.float64)
+    plus = (k < cell) | ((k == cell) & (v < f))
+    sampled = _draw(mech, n)[0][:, 4] > 0                    # XL[4] = 0.3
+    p = torch.tensor(t, dtype=torch.float64)
+    assert _within(plus.double().mean(), p, n) and _within(sampled.double().mean(), p, n)
+
+
+def test_same_generators_give_the_same_reports_and_other_seeds_differ():
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=8)
+    a, b, c = _draw(mech, 1000, seed=1), _draw(mech, 1000, seed=1), _draw(mech, 1000, seed=2)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and not torch.equal(a[0], c[0])
+
+
+def test_reports_keep_dtype_and_shape_and_float64_works():
+    mech = CorrelatedTwoPoint(epsilon=2.0, center=0.0, radius=0.5, num_rand=4, p_x=0.4)
+    x = torch.zeros(3, 5, dtype=torch.float64)
+    ol, of = mech.privatize_pairs(x, x, shared=generator(0), local=generator(1))
+    assert ol.dtype == of.dtype == torch.float64 and ol.shape == (3, 5)
+    with pytest.raises(ValueError, match="one shape"):
+        mech.privatize_pairs(x, x[:2])
+
+
+@pytest.mark.parametrize("kw,match", [(dict(num_rand=25), "num_rand"), (dict(num_rand=-1), "num_rand"),
+                                      (dict(num_rand=2.5), "num_rand"), (dict(p_x=0.0), "p_x"),
+                                      (dict(p_x=1.0), "p_x"), (dict(p_x=float("nan")), "p_x"),
+                                      (dict(epsilon=0.0), "epsilon"), (dict(epsilon=float("nan")), "epsilon")])
+def test_bad_parameters_raise_naming_them(kw, match):
+    args = dict(epsilon=1.0)
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        CorrelatedTwoPoint(**args)
+
+
+# ---------------------------------------------------------------------------------------- the paper's forms
+def test_lemma2_and_eq6_are_the_exact_law_when_the_cuts_fall_in_different_cells():
+    eps = 1.0
+    mech = CorrelatedTwoPoint(epsilon=eps, num_rand=16)
+    g = generator(0, "grid")
+    wl, wf = torch.rand(500, generator=g, dtype=torch.float64) * 2 - 1, torch.rand(500, generator=g, dtype=torch.float64) * 2 - 1
+    assert torch.allclose(mech.covariance(wl, wf), corbin.lemma2_covariance(wl, wf, epsilon=eps), atol=1e-4)
+    assert torch.allclose(mech.pair_sum_variance(wl, wf), corbin.eq6_pair_variance((wl + wf) / 2, epsilon=eps),
+                          atol=1e-4)
+    a = two_point_a(eps)
+    assert bool((corbin.lemma2_covariance(wl, wf, epsilon=eps) <= 0).all())
+    assert corbin.eq6_pair_variance(-a / 2, epsilon=eps).item() == pytest.approx(a * a)  # the draft's maximum
+    # NumRand = 0: one cell, the independent pair (covariance 0, variance 2 a^2 r^2 - ...)
+    ind = CorrelatedTwoPoint(epsilon=eps, num_rand=0)
+    assert torch.allclose(ind.covariance(wl, wf), torch.zeros_like(wl), atol=1e-12)
+    assert torch.allclose(ind.pair_sum_variance(wl, wf), corbin.independent_pair_variance(wl, wf, epsilon=eps))
+
+
+def test_numrand_one_already_correlates_the_pair():
+    """The draft says NumRand = 1 is LDP-FL (no correlation); the exact law says otherwise."""
+    m1 = CorrelatedTwoPoint(epsilon=1.0, num_rand=1)
+    assert m1.covariance(torch.tensor(-0.5), torch.tensor(-0.5)).item() < -0.5
+
+
+def test_the_draft_algorithm_2_as_printed_misses_the_marginal():
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=4)
+    x = torch.linspace(-1, 1, 9, dtype=torch.float64)
+    gap = (mech.draft_marginal(x) - mech.prob_plus(x)).abs()
+    assert gap.max().item() > 0.05          # the inclusive ProbList shifts the cut by one cell
+    with pytest.raises(ValueError, match="num_rand >= 1"):
+        CorrelatedTwoPoint(epsilon=1.0, num_rand=0).draft_marginal(x)
+
+
+def test_half_the_budget_claim_reading_of_the_draft():
+    t = corbin.equal_variance_epsilons([0.01, 1.0, 3.0])
+    col = "ε/ε' sup over E[w] (draft)"
+    assert t[col].iloc[0] == pytest.approx(1 / math.sqrt(2), abs=0.01)   # small ε: a ~ 2/ε, halving a² is ε·√2
+    # at the matched ε', the independent pair's worst variance equals the correlated pair's
+    e1 = t["ε' sup over E[w] (draft)"].iloc[1]
+    assert 2 * two_point_a(e1) ** 2 == pytest.approx(two_point_a(1.0) ** 2)
+    assert math.isinf(t["ε' sup over E[w] (draft)"].iloc[2]) and t[col].iloc[2] == 0.0
+    assert corbin.epsilon_from_a(two_point_a(0.8)) == pytest.approx(0.8)
+
+
+def test_joint_view_is_eps_ldp_only_for_the_independent_pair():
+    t = corbin.joint_view_table(1.0, partners=(-0.5, 0.0, 0.5), num_rand=(0, 1, 8), grid=41)
+    ind, cor = t[t.NumRand == 0], t[t.NumRand > 0]
+    assert (ind["max privacy loss"] - 1.0).abs().max() < 1e-9 and (ind["δ at ε"] < 1e-12).all()
+    assert cor["max privacy loss"].map(math.isinf).all() and (cor["δ at ε"] > 0.05).all()
+    with pytest.raises(ValueError, match="role"):
+        corbin.joint_view_loss(CorrelatedTwoPoint(epsilon=1.0), 0.0, role="both")
+
+
+# ---------------------------------------------------------------------------------------- the round engine
+def _toy():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 4, generator=g)
+    x = torch.randn(900, 1, 8, 8, generator=g)
+    y = (x.flatten(1) @ w).argmax(1)
+    parts = [torch.arange(i * 100, (i + 1) * 100) for i in range(7)]
+    return dict(x_train=x[:700], y_train=y[:700], x_test=x[700:], y_test=y[700:]), parts
+
+
+def _context(m=7, d=50, seed=3, round=2):
+    layout = fl.ParamLayout(names=("w",), shapes=((d,),), slices=(slice(0, d),))
+    ids = torch.arange(m)
+    return fl.RoundContext(round=round, client_ids=ids, layout=layout, global_vector=torch.zeros(d),
+                           generators=[generator(seed, "c", i) for i in range(m)], send="weights",
+                           num_samples=torch.ones(m), seed=seed)
+
+
+def test_pairing_covers_every_client_once_and_the_odd_one_falls_back_to_two_point():
+    priv = fl.PairedPerturbation(epsilon=1.0, range=fl.FixedRange(0.0, 1.0), num_rand=8)
+    ctx = _context()
+    leaders, followers, odd = priv.pairs(ctx)
+    assert sorted(leaders.tolist() + followers.tolist() + [odd]) == list(range(7)) and len(leaders) == 3
+    x = torch.rand(7, 50, generator=generator(9)) * 2 - 1
+    out = priv(x, context=ctx)
+    again = priv(x, context=_context())
+    assert torch.equal(out, again)                                   # deterministic
+    tp = TwoPoint(epsilon=1.0, center=0.0, radius=1.0)
+    assert torch.equal(out[odd], tp.privatize(x[odd], generator=generator(3, "c", odd)))
+    assert priv.pairs(_context(round=3))[0].tolist() != leaders.tolist() or \
+        priv.pairs(_context(round=3))[1].tolist() != followers.tolist()   # pairs change with the round
+    even_l, even_f, none = priv.pairs(_context(m=6))
+    assert none is None and len(even_l) == 3
+
+
+def test_paired_pairs_are_negatively_correlated_in_the_engine():
+    priv = fl.PairedPerturbation(epsilon=1.0, range=fl.FixedRange(0.0, 1.0), num_rand=8)
+    ctx = _context(m=2, d=100_000)
+    x = torch.zeros(2, 100_000)
+    out = priv(x, context=ctx)
+    a = two_point_a(1.0)
+    # at w = c for both, Lemma 2 gives Cov = -a^2 r^2: the reports are opposite (up to the one shared cell)
+    assert ((out[0] + out[1]) == 0).double().mean().item() > 0.99
+    assert out.mean().abs().item() < 5 * a / math.sqrt(200_000)
+
+
+def test_a_correlated_run_is_deterministic_and_accounts_each_clients_own_report():
+    data, parts = _toy()
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+    cfg = fl.FLConfig(rounds=2, trainer=LocalSGD(batch_size=32, optimizer=OptimizerSpec(lr=0.1)), progress=False)
+    priv = fl.PairedPerturbation(epsilon=2.0, range=fl.GlobalModelRange())
+    runs = [fl.Run(seed=1, partition=parts, privatizer=priv)]
+    a, b = fl.simulate(cfg, runs, model=model, **data), fl.simulate(cfg, runs, model=model, **data)
+    assert a.history["accuracy"].tolist() == b.history["accuracy"].tolist() and torch.equal(a.weights, b.weights)
+    d = a.layout.numel
+    assert (a.history["epsilon_round"] == 2.0 * d).all()
+    assert "joint view" in a.guarantees[0].note
+
+
+def test_smoothed_mean_mixes_the_global_model_and_lambda_is_checked():
+    ctx = _context(m=2, d=3)
+    ctx.global_vector = torch.ones(3)
+    vec, _ = corbin.SmoothedMean(0.25)(torch.zeros(2, 3), context=ctx)
+    assert torch.allclose(vec, torch.full((3,), 0.75))
+    assert torch.equal(corbin.SmoothedMean(1.0)(torch.eye(2, 3), context=ctx)[0], torch.eye(2, 3).mean(0))
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="smoothing"):
+            corbin.SmoothedMean(bad)
+
+
+# ---------------------------------------------------------------------------------------- runs and tables
+BASE = corbin.CorbinRun(paper="corbin", dataset="mnist", model="cnn2", n_clients=50, rounds=3, seed=0, batch_size=64,
+                        optimizer="adam", lr=1e-3, weight_decay=3e-3)
+
+
+def test_methods_build_the_right_privatizer_and_bad_runs_raise():
+    assert corbin.run("fedavg", base=BASE).privatizer() is None
+    assert isinstance(corbin.run("ldp_fl", base=BASE, epsilon=1.0).privatizer(), fl.LocalPerturbation)
+    coq = corbin.run("coq_fl", base=BASE, epsilon=1.0)
+    assert isinstance(coq.privatizer(), fl.PairedPerturbation) and coq.method == "coq_fl"
+    assert coq.key() != corbin.run("ldp_fl", base=BASE, epsilon=1.0).key()
+    with pytest.raises(ValueError, match="correlated"):
+        BASE.replace(correlated=True)
+    with pytest.raises(ValueError, match="needs epsilon"):
+        corbin.run("coq_fl", base=BASE)
+    with pytest.raises(ValueError, match="method"):
+        corbin.run("corbin", base=BASE, epsilon=1.0)
+    with pytest.raises(ValueError, match="smoothing"):
+        BASE.replace(smoothing=2.0)
+    with pytest.raises(ValueError, match="n_train"):
+        BASE.replace(n_train=0)
+    grid = corbin.configs(BASE, seeds=[0, 1], epsilons=[0.1, 1.0])
+    assert len(grid) == 2 * (1 + 2 + 2) and {c.method for _, c in grid} == {"fedavg", "ldp_fl", "coq_fl"}
+
+
+def test_subsets_and_validation_split_are_fixed_and_disjoint():
+    from ldptut.data import Dataset
+
+    g = generator(0, "toy")
+    ds = Dataset(name="mnist", x_train=torch.arange(100.0)[:, None], y_train=torch.arange(100) % 10,
+                 x_test=torch.arange(40.0)[:, None], y_test=torch.arange(40) % 10, classes=list("0123456789"),
+                 num_classes=10, input_shape=(1,), description="toy")
+    small = BASE.replace(n_train=30, n_test=10).data(ds)
+    assert small.x_train.shape[0] == 30 and small.x_test.shape[0] == 10
+    assert torch.equal(small.x_train, BASE.replace(n_train=30, n_test=10, seed=5).data(ds).x_train)
+    val = BASE.replace(n_train=30, validation=20).data(ds)
+    assert val.x_test.shape[0] == 20
+    assert not set(val.x_train[:, 0].tolist()) & set(val.x_test[:, 0].tolist())
+    assert set(val.x_test[:, 0].tolist()) <= set(range(100))        # held out of training, not the test set
+    with pytest.raises(ValueError, match="exceeds"):
+        BASE.replace(n_train=90, validation=20).data(ds)
+    del g
+
+
+def _row(config, accuracy):
+    rec = RunRecord(config=config, history=pd.DataFrame({"round": [1], "accuracy": [accuracy / 100]}))
+    return records_table([rec]).iloc[0].to_dict()
+
+
+def test_compare_matches_method_and_epsilon_and_states_the_composed_figure():
+    runs = pd.DataFrame([_row(corbin.run("coq_fl", base=BASE, epsilon=1.0), 90.0),
+                         _row(corbin.run("coq_fl", base=BASE.replace(seed=1), epsilon=1.0), 92.0),
+                         _row(corbin.run("ldp_fl", base=BASE, epsilon=1.0), 50.0),
+                         _row(corbin.run("coq_fl", base=BASE, epsilon=3.0), 95.0)])
+    t = corbin.compare(runs).set_index("claim")
+    assert t.loc["mnist coq_fl ε=1", "ours (%)"] == "91.0 ± 1.4 (2 seeds)"
+    assert t.loc["mnist coq_fl ε=3", "ours (%)"] == "95.0 (1 seed)"
+    assert t.loc["mnist coq_fl ε=0.3", "ours (%)"] == "not run"
+    d = models.count_parameters(models.build_model("cnn2", input_shape=(1, 28, 28), num_classes=10))
+    assert t.loc["mnist coq_fl ε=1", "ε composed per client (basic)"].startswith(f"{1.0 * d * 3:.3g}")
+    assert (t["ε unit"].iloc[:4] == "per weight per round").all()
+    assert corbin.compare(pd.DataFrame())["ours (%)"].eq("not run").all()
