@@ -245,7 +245,7 @@ class PairedPerturbation:
     """
 
     def __init__(self, *, epsilon: float, range: Callable[[RoundContext], tuple] = FixedRange(),
-                 num_rand: int = 8, p_x: float = 0.5):
+                 num_rand: int = 5, p_x: float = 0.5):
         from .mechanisms import CorrelatedTwoPoint
 
         self.epsilon, self.range, self.num_rand, self.p_x = epsilon, range, num_rand, p_x

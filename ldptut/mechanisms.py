@@ -427,7 +427,7 @@ class CorrelatedTwoPoint(TwoPoint):
 
     name = "correlated_two_point"
 
-    def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0, num_rand: int = 8,
+    def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0, num_rand: int = 5,
                  p_x: float = 0.5) -> None:
         super().__init__(epsilon=epsilon, center=center, radius=radius)
         if isinstance(num_rand, bool) or not isinstance(num_rand, numbers.Integral) or not 0 <= num_rand <= 24:

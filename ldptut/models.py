@@ -8,7 +8,8 @@ randomness inside the forward pass).
 |---|---|---|
 | ``logreg`` | Wu et al. 2023 | 7,850 |
 | ``mlp`` | Foundations, PD-LDPFL (784-600-100-10, no bias) | 159,010 for hidden=(200,) |
-| ``cnn2`` | LDP-FL "two-layer CNN" / CorBin-FL CNN: conv32-conv64 3x3, max-pool, FC128 | 1,199,882 |
+| ``cnn2`` | LDP-FL "two-layer CNN" (ours: Keras ``mnist_cnn``, conv32-conv64 3x3, one max-pool, FC128) | 1,199,882 |
+| ``cnn_pool`` | CorBin-FL's ``CNNMNIST``: conv32 and conv64 (3x3, padding 1) each with max-pool, FC128 | 421,642 |
 | ``small_vgg`` | LDP-FL CIFAR-10 "small VGG" (ours: 3 blocks of two 3x3 convs 32-64-128, FC128) | - |
 | ``resnet18`` | torchvision ResNet18 adapted to 32x32 (3x3 stem, no max-pool), GroupNorm by default | - |
 """
@@ -22,7 +23,7 @@ from torch import nn
 
 from .rng import derive_seed
 
-__all__ = ["LogisticRegression", "MLP", "CNN2", "SmallVGG", "resnet18_cifar", "build_model", "MODELS",
+__all__ = ["LogisticRegression", "MLP", "CNN2", "CNNPool", "SmallVGG", "resnet18_cifar", "build_model", "MODELS",
            "count_parameters"]
 
 
@@ -61,8 +62,8 @@ class MLP(nn.Module):
 class CNN2(nn.Module):
     """Two-convolution CNN: conv(c1,3x3)-ReLU-conv(c2,3x3)-ReLU-maxpool2-FC(hidden)-ReLU-FC(classes).
 
-    The Keras ``mnist_cnn`` layout used by CorBin-FL's code (conv32-conv64-FC128), without dropout.
-    LDP-FL (Sun et al. 2021) says only "two-layer CNN"; the chapters state that this is our choice.
+    The Keras ``mnist_cnn`` layout (conv32-conv64-FC128) without its dropout. (CorBin-FL's code pools after
+    each convolution: :class:`CNNPool`.) LDP-FL (Sun et al. 2021) says only "two-layer CNN"; the chapters state that this is our choice.
     """
 
     def __init__(self, *, input_shape: Sequence[int], num_classes: int, channels: Sequence[int] = (32, 64),
@@ -74,6 +75,28 @@ class CNN2(nn.Module):
             nn.Conv2d(c, c1, 3), nn.ReLU(), nn.Conv2d(c1, c2, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
         flat = c2 * ((h - 4) // 2) * ((w - 4) // 2)
         self.classifier = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class CNNPool(nn.Module):
+    """conv(c1,3x3,pad 1)-ReLU-maxpool2-conv(c2,3x3,pad 1)-ReLU-maxpool2-FC(hidden)-ReLU-FC(classes).
+
+    CorBin-FL's MNIST model (the authors' ``CNNMNIST``: "conv32-conv64-FC128"), without the Dropout(0.5)
+    before its last layer (our models keep the forward pass deterministic so it vectorises over clients).
+    """
+
+    def __init__(self, *, input_shape: Sequence[int], num_classes: int, channels: Sequence[int] = (32, 64),
+                 hidden: int = 128):
+        super().__init__()
+        c, h, w = input_shape
+        c1, c2 = channels
+        self.features = nn.Sequential(
+            nn.Conv2d(c, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
+        self.classifier = nn.Sequential(nn.Linear(c2 * (h // 4) * (w // 4), hidden), nn.ReLU(),
+                                        nn.Linear(hidden, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
@@ -126,6 +149,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "logreg": LogisticRegression,
     "mlp": MLP,
     "cnn2": CNN2,
+    "cnn_pool": CNNPool,
     "small_vgg": SmallVGG,
     "resnet18": resnet18_cifar,
 }

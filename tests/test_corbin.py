@@ -256,7 +256,7 @@ def test_smoothed_mean_mixes_the_global_model_and_lambda_is_checked():
 
 
 # ---------------------------------------------------------------------------------------- runs and tables
-BASE = corbin.CorbinRun(paper="corbin", dataset="mnist", model="cnn2", n_clients=50, rounds=3, seed=0, batch_size=64,
+BASE = corbin.CorbinRun(paper="corbin", dataset="mnist", model="cnn_pool", n_clients=50, rounds=3, seed=0, batch_size=64,
                         optimizer="adam", lr=1e-3, weight_decay=3e-3)
 
 
@@ -313,7 +313,7 @@ def test_compare_matches_method_and_epsilon_and_states_the_composed_figure():
     assert t.loc["mnist coq_fl ε=1", "ours (%)"] == "91.0 ± 1.4 (2 seeds)"
     assert t.loc["mnist coq_fl ε=3", "ours (%)"] == "95.0 (1 seed)"
     assert t.loc["mnist coq_fl ε=0.3", "ours (%)"] == "not run"
-    d = models.count_parameters(models.build_model("cnn2", input_shape=(1, 28, 28), num_classes=10))
+    d = models.count_parameters(models.build_model("cnn_pool", input_shape=(1, 28, 28), num_classes=10))
     assert t.loc["mnist coq_fl ε=1", "ε composed per client (basic)"].startswith(f"{1.0 * d * 3:.3g}")
     assert (t["ε unit"].iloc[:4] == "per weight per round").all()
     assert corbin.compare(pd.DataFrame())["ours (%)"].eq("not run").all()

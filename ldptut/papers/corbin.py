@@ -32,7 +32,7 @@ from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
            "independent_pair_variance", "epsilon_from_a", "equal_variance_epsilons", "joint_view_loss",
-           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "configs", "compare"]
+           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "compare"]
 
 PAPER = Paper(
     key="corbin",
@@ -46,14 +46,17 @@ PAPER = Paper(
 
 EPSILON_UNIT = "per weight per round"
 
-#: CorBin-FL's settings (the authors' code, NOTES.md section 3). ``num_rand`` / ``p_x``: see the chapter.
+#: CorBin-FL's settings (the authors' code, NOTES.md section 3): the MNIST CNN is their ``CNNMNIST``
+#: (``cnn_pool``, without its dropout), 80 % of the training set split equally over the clients (960 each;
+#: the other 20 % is their validation split), NumRand = 5 shared bits with p_x = 1/2, the range per tensor
+#: from the global model, the full weights perturbed.
 SETTINGS = {
-    "mnist": {"model": "cnn2", "n_clients": 50, "rounds": 100, "local_epochs": 1, "optimizer": "adam", "lr": 1e-3,
+    "mnist": {"model": "cnn_pool", "n_clients": 50, "rounds": 100, "local_epochs": 1, "optimizer": "adam", "lr": 1e-3,
               "weight_decay": 3e-3, "batch_size": 64, "partition": "iid", "epsilons": [0.1, 0.3, 1.0, 3.0],
-              "seeds": 5},
+              "seeds": 5, "n_train": 48000, "validation": 12000, "num_rand": 5},
     "cifar10": {"model": "resnet18", "n_clients": 50, "rounds": 100, "local_epochs": 1, "optimizer": "adam",
                 "lr": 1e-3, "weight_decay": 3e-3, "batch_size": 64, "partition": "iid", "epsilons": [1.0, 5.0],
-                "seeds": 5},
+                "seeds": 5, "n_train": 40000, "validation": 10000, "num_rand": 5},
 }
 
 _ACC = "accuracy (%) as reported by CorBin-FL (NOTES.md section 3); server smoothing λ tuned on test accuracy"
@@ -223,7 +226,7 @@ class CorbinRun(FedAvgRun):
     kind: ClassVar[str] = "corbin"
 
     correlated: bool = False
-    num_rand: int = 8
+    num_rand: int = 5
     p_x: float = 0.5
     smoothing: Optional[float] = None
     n_train: Optional[int] = None
@@ -286,6 +289,20 @@ class CorbinRun(FedAvgRun):
         name = "CoQ-FL" if self.correlated else "LDP-FL"
         lam = "" if self.smoothing is None else f", λ={self.smoothing:g}"
         return f"{name} ε={self.epsilon:g}{lam}, seed {self.seed}"
+
+
+def chapter_run(*, dataset: str = "mnist", rounds: Optional[int] = None, n_clients: Optional[int] = None,
+                n_train: Optional[int] = None, n_test: Optional[int] = None, model: Optional[str] = None,
+                seed: int = 0) -> CorbinRun:
+    """The non-private run at CorBin-FL's settings for ``dataset`` (:data:`SETTINGS`), any of them overridden
+    (rounds, clients, training-set size, test subset, model)."""
+    if dataset not in SETTINGS:
+        raise ValueError(f"dataset must be one of {sorted(SETTINGS)}, got {dataset!r}")
+    s = SETTINGS[dataset]
+    return CorbinRun(paper="corbin", dataset=dataset, model=model or s["model"], n_clients=n_clients or s["n_clients"],
+                     rounds=rounds or s["rounds"], seed=seed, partition=s["partition"], local_epochs=s["local_epochs"],
+                     optimizer=s["optimizer"], lr=s["lr"], weight_decay=s["weight_decay"], batch_size=s["batch_size"],
+                     n_train=n_train or s["n_train"], n_test=n_test, num_rand=s["num_rand"])
 
 
 def run(method: str, *, base: CorbinRun, epsilon: Optional[float] = None) -> CorbinRun:
