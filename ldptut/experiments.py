@@ -42,6 +42,8 @@ class FedAvgRun(RunConfig):
     """
 
     kind: ClassVar[str] = "fedavg"
+    #: what the engine does with a diverging run (:class:`~ldptut.fl.FLConfig`): "raise", or "stop" and record it
+    on_divergence: ClassVar[str] = "raise"
 
     partition: str = "iid"
     dirichlet_alpha: Optional[float] = None
@@ -113,7 +115,7 @@ class FedAvgRun(RunConfig):
                   privatizer=self.privatizer() if privatizer is None else privatizer, aggregator=self.server_rule())
         config = FLConfig(rounds=self.rounds, trainer=self.trainer(vectorize=vectorize),
                           client_fraction=self.client_fraction, send=self.send, device=device, progress=progress,
-                          desc=desc or self.label())
+                          desc=desc or self.label(), on_divergence=self.on_divergence)
         return simulate(config, [run], model=self.build_model(ds), x_train=ds.x_train, y_train=ds.y_train,
                         x_test=ds.x_test, y_test=ds.y_test)
 

@@ -395,9 +395,12 @@ class Run:
 class FLConfig:
     """The round loop's settings (shared by every run of a batch).
 
-    ``divergence_factor``: training stops with ``FloatingPointError`` when a run's test loss has risen
-    three rounds in a row to more than this factor times its smallest value so far (``None``: never), or
-    when the loss or the weights stop being finite.
+    ``divergence_factor``: a run diverges when its test loss has risen three rounds in a row to more than
+    this factor times its smallest value so far (``None``: never), or when the loss or the weights stop
+    being finite. ``on_divergence``: "raise" (``FloatingPointError`` naming the round) or "stop": the run's
+    history ends with the diverging round, marked ``diverged`` (accuracy NaN when its weights were no
+    longer finite), and the other runs of the batch go on. A diverged run is a result (e.g. a noise
+    feedback the method cannot absorb), not only an error.
     """
 
     rounds: int
@@ -407,6 +410,7 @@ class FLConfig:
     device: str | torch.device = "cpu"
     eval_batch_size: int = 4096
     divergence_factor: Optional[float] = 1e3
+    on_divergence: str = "raise"
     progress: bool = True
     desc: str = "FL rounds"
 
@@ -415,6 +419,7 @@ class FLConfig:
         fraction(self.client_fraction, "client_fraction")
         one_of(self.send, "send", ("weights", "updates"))
         pos_int(self.eval_batch_size, "eval_batch_size")
+        one_of(self.on_divergence, "on_divergence", ("raise", "stop"))
         if self.divergence_factor is not None and real(self.divergence_factor, "divergence_factor") <= 1:
             raise ValueError(f"divergence_factor must be > 1 or None, got {self.divergence_factor}")
 
@@ -587,8 +592,10 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     lr = getattr(config.trainer, "lr", None)
     rows = []
     bar = tqdm(range(1, config.rounds + 1), desc=config.desc, disable=not config.progress, leave=False, mininterval=2.0)
+    stopped: set[int] = set()  # runs that diverged (on_divergence="stop")
     for r in bar:
         t0 = time.perf_counter()
+        stopped_before = set(stopped)
         ids = [sample_clients(n_clients, config.client_fraction, seed=run.seed, round=r) for run in runs]
         trained = session.train(round=r, global_vectors=glob, client_ids=ids)
         new, stats = [], []
@@ -606,18 +613,28 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             vec, metrics = _aggregate(aggregators[a], payloads, ctx)
             new.append(glob[a] + vec if config.send == "updates" else vec)
             stats.append((len(cids), metrics, spent))
-        glob = torch.stack(new).detach()
+        prev, glob = glob, torch.stack(new).detach()
         train_s = time.perf_counter() - t0
         for a, run in enumerate(runs):
+            if a in stopped:
+                glob[a] = prev[a]
+                continue
+            where = f"round {r}{f', run {a}' if len(runs) > 1 else ''}"
+            hint = f" (learning rate {lr:g} too large?)" if lr else ""
+            diverged = False
             if not torch.isfinite(glob[a]).all():
-                raise FloatingPointError(f"round {r}{f', run {a}' if len(runs) > 1 else ''}: the global model has "
-                                         f"non-finite weights" + (f" (learning rate {lr:g} too large?)" if lr else ""))
-            acc, loss = evaluate(load_vector(model, layout, glob[a]), x_test, y_test, batch_size=config.eval_batch_size)
-            losses[a].append(loss)
-            if not math.isfinite(loss) or _diverged(losses[a], config.divergence_factor):
-                raise FloatingPointError(
-                    f"round {r}{f', run {a}' if len(runs) > 1 else ''}: training diverges, the test loss rose to "
-                    f"{loss:.3g} from {min(losses[a]):.3g}" + (f" (learning rate {lr:g} too large?)" if lr else ""))
+                if config.on_divergence == "raise":
+                    raise FloatingPointError(f"{where}: the global model has non-finite weights{hint}")
+                glob[a], acc, loss, diverged = prev[a], math.nan, math.inf, True
+            else:
+                acc, loss = evaluate(load_vector(model, layout, glob[a]), x_test, y_test,
+                                     batch_size=config.eval_batch_size)
+                losses[a].append(loss)
+                if not math.isfinite(loss) or _diverged(losses[a], config.divergence_factor):
+                    if config.on_divergence == "raise":
+                        raise FloatingPointError(
+                            f"{where}: training diverges, the test loss rose to {loss:.3g} from {min(losses[a]):.3g}{hint}")
+                    diverged = True
             m, metrics, spent = stats[a]
             row = {"run": a, "round": r, "accuracy": acc, "loss": loss, "clients": m,
                    "clients_used": int(metrics.get("clients_used", m))}
@@ -625,11 +642,17 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                 total = accountants[a].worst_total()
                 row.update(epsilon_round=spent.epsilon, epsilon_total=total.epsilon, delta=total.delta,
                            epsilon_unit=str(total.unit))
+            if config.on_divergence == "stop":
+                row["diverged"] = diverged
             rows.append({**row, **{k: v for k, v in metrics.items() if k != "clients_used"}, **dict(run.info)})
+            if diverged:
+                stopped.add(a)
         seconds = time.perf_counter() - t0
-        for row in rows[-len(runs):]:
+        for row in rows[len(rows) - (len(runs) - len(stopped_before)):]:
             row.update(train_seconds=train_s / len(runs), seconds=seconds / len(runs))
         bar.set_postfix(acc=f"{rows[-1]['accuracy']:.3f}", refresh=False)
+        if len(stopped) == len(runs):
+            break
     load_vector(model, layout, glob[0])
     return FLResult(history=pd.DataFrame(rows), weights=glob, layout=layout, model=model,
                     guarantees=[acc.worst_total() for acc in accountants])

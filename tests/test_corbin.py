@@ -317,3 +317,11 @@ def test_compare_matches_method_and_epsilon_and_states_the_composed_figure():
     assert t.loc["mnist coq_fl ε=1", "ε composed per client (basic)"].startswith(f"{1.0 * d * 3:.3g}")
     assert (t["ε unit"].iloc[:4] == "per weight per round").all()
     assert corbin.compare(pd.DataFrame())["ours (%)"].eq("not run").all()
+
+
+def test_the_authors_code_top_cell_reports_up_with_certainty_from_eps_ln31():
+    x = torch.tensor([-1.0, 0.0, 0.5, 1.0], dtype=torch.float64)
+    for eps in (0.1, 1.0, 3.0, 3.43):                           # below ln(2^5 - 1) = 3.434: exactly two-point
+        assert torch.allclose(corbin.authors_code_marginal(x, epsilon=eps), TwoPoint(epsilon=eps).prob_plus(x))
+    top = corbin.authors_code_marginal(torch.tensor(1.0), epsilon=5.0)
+    assert top.item() == 1.0 and TwoPoint(epsilon=5.0).prob_plus(torch.tensor(1.0)).item() < 0.994

@@ -368,3 +368,22 @@ def test_the_input_check_leaves_a_batchnorm_model_untouched():
     fl._check_inputs(model, [fl.Run(seed=0, partition=data["partition"])], x, data["y_train"],
                      x[:10], data["y_train"][:10])
     assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_diverging_run_can_be_stopped_and_recorded_while_the_others_go_on():
+    """on_divergence="stop": the run's history ends with the round its weights blew up (marked diverged,
+    accuracy NaN), the other run of the batch trains on; "raise" (the default) names the round."""
+    def blow_up(payloads, *, context):
+        return payloads * (math.inf if context.round >= 2 else 1.0)
+
+    specs = [dict(seed=1, privatizer=blow_up), dict(seed=2)]
+    res = _simulate(specs, rounds=3, on_divergence="stop")
+    h = res.history
+    bad, good = h[h.run == 0], h[h.run == 1]
+    assert bad["round"].tolist() == [1, 2] and bad["diverged"].tolist() == [False, True]
+    assert math.isnan(bad["accuracy"].iloc[-1]) and torch.isfinite(res.weights[0]).all()
+    assert good["round"].tolist() == [1, 2, 3] and not good["diverged"].any()
+    with pytest.raises(FloatingPointError, match="round 2, run 0: the global model has non-finite weights"):
+        _simulate(specs, rounds=3)
+    with pytest.raises(ValueError, match="on_divergence"):
+        fl.FLConfig(rounds=1, on_divergence="ignore")

@@ -31,7 +31,7 @@ from ..rng import generator
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
-           "independent_pair_variance", "epsilon_from_a", "equal_variance_epsilons", "joint_view_loss",
+           "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
            "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "compare"]
 
 PAPER = Paper(
@@ -190,6 +190,22 @@ def joint_view_table(epsilon: float, *, partners: Sequence[float] = (-1.0, -0.5,
     return pd.DataFrame(rows)
 
 
+def authors_code_marginal(x: Any, *, epsilon: float, num_rand: int = 5, center: float = 0.0,
+                          radius: float = 1.0) -> torch.Tensor:
+    """P[leader reports c + r a] in the authors' public code (as we read it; float64). The cell is
+    k = min(floor(P 2^NumRand), 2^NumRand - 1) with P = 1/2 + (w - c)/(2 r a); in cell k the client reports
+    UP with probability (P - k'/2^NumRand) 2^NumRand, where the code sets k' = 2^NumRand - 2 in the top cell.
+    Below the top cell this is P exactly; in the top cell (P >= 1 - 2^-NumRand, reachable when
+    e^ε/(e^ε + 1) >= 1 - 2^-NumRand, i.e. ε >= ln(2^NumRand - 1)) it is 1: the lower report becomes
+    impossible for those inputs and the report is no longer ε-LDP."""
+    p = TwoPoint(epsilon=epsilon, center=center, radius=radius).prob_plus(x)
+    n = 2 ** int(num_rand)
+    k = torch.clamp(torch.floor(p * n), 0, n - 1)
+    k_used = torch.where(k == n - 1, torch.full_like(k, n - 2), k)
+    inside = torch.clamp((p - k_used / n) * n, 0.0, 1.0)
+    return k / n + inside / n
+
+
 # ------------------------------------------------------------------------------------ server rule
 @dataclass(frozen=True)
 class SmoothedMean:
@@ -224,6 +240,8 @@ class CorbinRun(FedAvgRun):
     """
 
     kind: ClassVar[str] = "corbin"
+    #: a run whose global model blows up (the adaptive range feeding its own noise back) is a result: record it
+    on_divergence: ClassVar[str] = "stop"
 
     correlated: bool = False
     num_rand: int = 5
