@@ -194,14 +194,19 @@ def load_records(directory: str | Path) -> list[RunRecord]:
 
 def records_table(records: Iterable[RunRecord]) -> pd.DataFrame:
     """One row per run: its configuration's fields (``range`` as the rule's name), the ``config`` object
-    itself, ``accuracy`` (final test accuracy in %), provenance (commit, date, device, torch, seconds),
-    ``source`` ("stored" or "trained"), ``key`` and ``cache`` (the record's directory)."""
+    itself, ``accuracy`` (final test accuracy in %; NaN if the run's weights blew up), ``diverged`` (the run
+    was stopped as diverging, ``FLConfig(on_divergence="stop")``) and ``last_round``, provenance (commit,
+    date, device, torch, seconds), ``source`` ("stored" or "trained"), ``key`` and ``cache`` (the record's
+    directory)."""
     rows = []
     for rec in records:
         fields = rec.config.to_dict()
         flat = {k: (v.get("rule") if isinstance(v, dict) else v) for k, v in fields.items()}
         prov = rec.provenance
-        rows.append({**flat, "config": rec.config, "accuracy": 100 * rec.final_accuracy,
+        h = rec.history
+        diverged = bool(h["diverged"].iloc[-1]) if "diverged" in h and len(h) else False
+        rows.append({**flat, "config": rec.config, "accuracy": 100 * rec.final_accuracy, "diverged": diverged,
+                     "last_round": int(h["round"].iloc[-1]) if len(h) else 0,
                      "commit": prov.get("commit"), "date": prov.get("date"), "device": prov.get("device"),
                      "torch": prov.get("torch"), "seconds": prov.get("seconds"),
                      "source": "stored" if rec.loaded else "trained", "key": rec.config.key(),

@@ -325,3 +325,20 @@ def test_the_authors_code_top_cell_reports_up_with_certainty_from_eps_ln31():
         assert torch.allclose(corbin.authors_code_marginal(x, epsilon=eps), TwoPoint(epsilon=eps).prob_plus(x))
     top = corbin.authors_code_marginal(torch.tensor(1.0), epsilon=5.0)
     assert top.item() == 1.0 and TwoPoint(epsilon=5.0).prob_plus(torch.tensor(1.0)).item() < 0.994
+
+
+def test_diverged_and_validation_runs_are_reported_apart():
+    runs = pd.DataFrame([_row(corbin.run("ldp_fl", base=BASE, epsilon=1.0), 80.0),
+                         _row(corbin.run("ldp_fl", base=BASE.replace(seed=1), epsilon=1.0), 10.0),
+                         _row(corbin.run("ldp_fl", base=BASE.replace(validation=100), epsilon=1.0), 99.0),
+                         _row(corbin.run("ldp_fl", base=BASE.replace(smoothing=0.2), epsilon=1.0), 85.0)])
+    runs.loc[1, ["diverged", "last_round"]] = [True, 7]
+    assert corbin.outcome(runs.iloc[:2]) == "80.0 (1 seed); 1 diverged (round 7)"
+    t = corbin.compare(runs)
+    rows = t[t["claim"] == "cifar10 ldp_fl ε=1"]
+    assert rows["ours (%)"].tolist() == ["not run"]
+    runs["dataset"] = "cifar10"
+    t = corbin.compare(runs)
+    rows = t[t["claim"] == "cifar10 ldp_fl ε=1"]
+    assert rows["ours (%)"].tolist() == ["85.0 (1 seed)", "80.0 (1 seed); 1 diverged (round 7)"]  # λ = 0.2, then plain
+    assert "λ = 0.2" in rows["settings"].iloc[0] and "plain mean" in rows["settings"].iloc[1]

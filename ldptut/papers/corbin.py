@@ -32,7 +32,8 @@ from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
-           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "compare"]
+           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "outcome",
+           "compare"]
 
 PAPER = Paper(
     key="corbin",
@@ -352,28 +353,46 @@ def configs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterable[float],
     return out
 
 
+def outcome(runs: pd.DataFrame) -> str:
+    """Final test accuracy (%) of ``runs`` as "mean ± std (n seeds)", over the runs that did not diverge;
+    diverged runs are counted and the round they blew up named ("diverged (round 8)")."""
+    if len(runs) == 0:
+        return "not run"
+    div = runs["diverged"].astype(bool) if "diverged" in runs else pd.Series(False, index=runs.index)
+    ok = runs[~div]
+    parts = [mean_std(ok["accuracy"])] if len(ok) else []
+    if div.any():
+        rounds = ", ".join(str(r) for r in sorted(runs.loc[div, "last_round"]))
+        parts.append(f"{int(div.sum())} diverged (round {rounds})")
+    return "; ".join(parts)
+
+
 def compare(runs: pd.DataFrame) -> pd.DataFrame:
-    """CorBin-FL's reported accuracies beside ours (final test accuracy, mean ± std over seeds), per data
-    set, method and ε (per weight per round), from a Runner table or ``runcache.load_runs``; the
-    composed figure per client over the run is ε · d · rounds."""
+    """CorBin-FL's reported accuracies beside ours (final test accuracy, mean ± std over seeds; diverged runs
+    counted apart, :func:`outcome`), per data set, method and ε (per weight per round), from a Runner table
+    or ``runcache.load_runs``; runs evaluated on the validation split are left out. The composed figure per
+    client over the run is ε · d · rounds."""
     rows = []
     for claim in REPORTED:
         where = claim.where
         sel = runs[(runs["dataset"] == where["dataset"])] if len(runs) else runs
         if len(sel):
-            sel = sel[sel["config"].map(lambda c: getattr(c, "method", None) == where["method"])]
+            sel = sel[sel["config"].map(lambda c: getattr(c, "method", None) == where["method"]
+                                        and getattr(c, "validation", None) is None)]
             sel = sel[sel["epsilon"].isna()] if claim.epsilon is None else sel[sel["epsilon"] == claim.epsilon]
-        settings = composed = ""
-        if len(sel):
-            c = sel["config"].iloc[0]
-            settings = f"{c.model}, {c.n_clients} clients, {c.rounds} rounds" + (
-                f", λ={c.smoothing:g}" if c.smoothing is not None else ", no smoothing")
-            if claim.epsilon is not None:
-                d = _n_params(c)
-                composed = f"{claim.epsilon * d * c.rounds:.3g} (d = {d:,}, {c.rounds} rounds)"
-        rows.append({"claim": claim.claim, "ε unit": claim.epsilon_unit or "non-private",
-                     "paper (%)": claim.value, "ours (%)": mean_std(sel["accuracy"]) if len(sel) else "not run",
-                     "settings": settings, "ε composed per client (basic)": composed})
+        groups = list(sel.groupby(sel["config"].map(lambda c: c.smoothing or 1.0), sort=True)) if len(sel) else []
+        for lam, g in groups or [(None, sel)]:
+            settings = composed = ""
+            if len(g):
+                c = g["config"].iloc[0]
+                settings = (f"{c.model}, {c.n_clients} clients, {c.n_train or 'all'} train images, {c.rounds} rounds, "
+                            + ("plain mean" if lam == 1.0 else f"λ = {lam:g}"))
+                if claim.epsilon is not None:
+                    d = _n_params(c)
+                    composed = f"{claim.epsilon * d * c.rounds:.3g} (d = {d:,}, {c.rounds} rounds)"
+            rows.append({"claim": claim.claim, "ε unit": claim.epsilon_unit or "non-private",
+                         "paper (%)": claim.value, "ours (%)": outcome(g),
+                         "settings": settings, "ε composed per client (basic)": composed})
     return pd.DataFrame(rows)
 
 
