@@ -595,7 +595,6 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     stopped: set[int] = set()  # runs that diverged (on_divergence="stop")
     for r in bar:
         t0 = time.perf_counter()
-        stopped_before = set(stopped)
         ids = [sample_clients(n_clients, config.client_fraction, seed=run.seed, round=r) for run in runs]
         trained = session.train(round=r, global_vectors=glob, client_ids=ids)
         new, stats = [], []
@@ -615,6 +614,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             stats.append((len(cids), metrics, spent))
         prev, glob = glob, torch.stack(new).detach()
         train_s = time.perf_counter() - t0
+        first_row = len(rows)
         for a, run in enumerate(runs):
             if a in stopped:
                 glob[a] = prev[a]
@@ -648,7 +648,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             if diverged:
                 stopped.add(a)
         seconds = time.perf_counter() - t0
-        for row in rows[len(rows) - (len(runs) - len(stopped_before)):]:
+        for row in rows[first_row:]:
             row.update(train_seconds=train_s / len(runs), seconds=seconds / len(runs))
         bar.set_postfix(acc=f"{rows[-1]['accuracy']:.3f}", refresh=False)
         if len(stopped) == len(runs):

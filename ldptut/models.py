@@ -71,35 +71,32 @@ class CNN2(nn.Module):
         super().__init__()
         c, h, w = input_shape
         c1, c2 = channels
-        self.features = nn.Sequential(
-            nn.Conv2d(c, c1, 3), nn.ReLU(), nn.Conv2d(c1, c2, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
-        flat = c2 * ((h - 4) // 2) * ((w - 4) // 2)
+        self.features, flat = self._features(c, h, w, c1, c2)
         self.classifier = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    @staticmethod
+    def _features(c: int, h: int, w: int, c1: int, c2: int) -> tuple[nn.Module, int]:
+        """The convolutional part and the size of its flattened output."""
+        layers = nn.Sequential(nn.Conv2d(c, c1, 3), nn.ReLU(), nn.Conv2d(c1, c2, 3), nn.ReLU(), nn.MaxPool2d(2),
+                               nn.Flatten())
+        return layers, c2 * ((h - 4) // 2) * ((w - 4) // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
 
 
-class CNNPool(nn.Module):
+class CNNPool(CNN2):
     """conv(c1,3x3,pad 1)-ReLU-maxpool2-conv(c2,3x3,pad 1)-ReLU-maxpool2-FC(hidden)-ReLU-FC(classes).
 
     CorBin-FL's MNIST model (the authors' ``CNNMNIST``: "conv32-conv64-FC128"), without the Dropout(0.5)
     before its last layer (our models keep the forward pass deterministic so it vectorises over clients).
     """
 
-    def __init__(self, *, input_shape: Sequence[int], num_classes: int, channels: Sequence[int] = (32, 64),
-                 hidden: int = 128):
-        super().__init__()
-        c, h, w = input_shape
-        c1, c2 = channels
-        self.features = nn.Sequential(
-            nn.Conv2d(c, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
-        self.classifier = nn.Sequential(nn.Linear(c2 * (h // 4) * (w // 4), hidden), nn.ReLU(),
-                                        nn.Linear(hidden, num_classes))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+    @staticmethod
+    def _features(c: int, h: int, w: int, c1: int, c2: int) -> tuple[nn.Module, int]:
+        layers = nn.Sequential(nn.Conv2d(c, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                               nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
+        return layers, c2 * (h // 4) * (w // 4)
 
 
 class SmallVGG(nn.Module):

@@ -14,6 +14,7 @@ Every ε here is **per weight per round**, as in the paper.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Optional, Sequence
@@ -23,6 +24,7 @@ import pandas as pd
 import torch
 
 from .._validate import epsilon as _epsilon, fraction, pos_int, real
+from ..audits import exact_ldp_audit
 from ..data import Dataset
 from ..experiments import FedAvgRun
 from ..fl import PairedPerturbation, RoundContext
@@ -154,28 +156,39 @@ def equal_variance_epsilons(epsilons: Iterable[float]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+class _JointView:
+    """A pair's two reports as one mechanism of one client's input, the partner's input fixed: the four joint
+    outcomes coded 0..3 ((-,-), (-,+), (+,-), (+,+)), so :func:`ldptut.audits.exact_ldp_audit` can audit it."""
+
+    def __init__(self, mechanism: CorrelatedTwoPoint, x_partner: float, role: str):
+        if role not in ("leader", "follower"):
+            raise ValueError(f"role must be 'leader' or 'follower', got {role!r}")
+        self.mechanism, self.x_partner, self.role = mechanism, x_partner, role
+        self.guarantee = mechanism.guarantee          # the claim audited: the client's own ε
+
+    def output_distribution(self, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.as_tensor(x, dtype=torch.float64)
+        xp = torch.full_like(x, self.x_partner)
+        _, probs = (self.mechanism.joint_distribution(x, xp) if self.role == "leader"
+                    else self.mechanism.joint_distribution(xp, x))
+        p = probs.reshape(x.shape + (4,))
+        return torch.arange(4, dtype=torch.float64).expand_as(p), p
+
+
 def joint_view_loss(mechanism: CorrelatedTwoPoint, x_partner: float, *, grid: int = 201,
                     role: str = "leader") -> dict[str, float]:
     """Privacy loss of one client when the server sees both reports of its pair and knows the partner's
-    input ``x_partner`` (or the partner colludes): over a grid of the client's inputs in the range,
-    max log P[(o_i, o_j) | x] / P[(o_i, o_j) | x'] (inf when a joint outcome has probability 0 for one
-    input and not for another), the share of inputs for which some joint outcome has probability 0, and the δ at ε = the
-    mechanism's: max over x, x' of Σ_o max(0, P[o | x] - e^ε P[o | x'])."""
-    if role not in ("leader", "follower"):
-        raise ValueError(f"role must be 'leader' or 'follower', got {role!r}")
+    input ``x_partner`` (or the partner colludes), over a grid of the client's inputs in the range: the exact
+    audit's max log P[(o_i, o_j) | x] / P[(o_i, o_j) | x'] (inf when a joint outcome has probability 0 for
+    one input and not for another), the share of inputs for which some possible joint outcome has
+    probability 0, and the δ at ε = the mechanism's: max over x, x' of Σ_o max(0, P[o | x] - e^ε P[o | x'])."""
     c, r = float(mechanism.center), float(mechanism.radius)
-    xs = torch.linspace(c - r, c + r, grid, dtype=torch.float64)
-    xp = torch.full_like(xs, x_partner)
-    _, probs = (mechanism.joint_distribution(xs, xp) if role == "leader"
-                else mechanism.joint_distribution(xp, xs))
-    p = probs.reshape(grid, 4)                                   # outcomes (--, -+, +-, ++)
-    num, den = p[:, None, :], p[None, :, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = torch.where(num > 0, num / den, torch.zeros_like(num))
-    loss = float(torch.log(ratio.max()).item()) if torch.isfinite(ratio).all() else math.inf
-    delta = float(torch.clamp(num - math.exp(mechanism.epsilon) * den, min=0).sum(-1).max())
+    audit = exact_ldp_audit(_JointView(mechanism, x_partner, role),
+                            torch.linspace(c - r, c + r, grid, dtype=torch.float64))
+    p = audit.details["probabilities"]                      # (inputs, outcomes)
+    delta = float(torch.clamp(p[:, None, :] - math.exp(mechanism.epsilon) * p[None, :, :], min=0).sum(-1).max())
     impossible = ((p <= 0) & (p.amax(0, keepdim=True) > 0)).any(-1)
-    return {"max privacy loss": loss, "inputs with an impossible joint outcome (%)":
+    return {"max privacy loss": audit.epsilon_observed, "inputs with an impossible joint outcome (%)":
             100.0 * float(impossible.double().mean()), "δ at ε": delta}
 
 
@@ -277,8 +290,6 @@ class CorbinRun(FedAvgRun):
 
     def data(self, ds: Dataset) -> Dataset:
         """``ds`` cut to this run's sizes (a fixed shuffle of seed 0), the validation split as its test set."""
-        import dataclasses
-
         ds = super().data(ds)
         if self.n_train is None and self.n_test is None and self.validation is None:
             return ds
