@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mechanisms.py
 	$(BIN)/python benchmarks/bench_fl.py
 	$(BIN)/python benchmarks/bench_paper_cost.py
+	$(BIN)/python benchmarks/bench_corbin.py
 
 clean:
 	rm -rf _build .pytest_cache

@@ -234,10 +234,12 @@ class PairedPerturbation:
     The server pairs the round's clients by a random permutation (its "pairing" stream, on the CPU so
     the pairs do not depend on the device); in each pair the first is the leader, the second the
     follower of :class:`~ldptut.mechanisms.CorrelatedTwoPoint`. An odd client out uses the plain
-    two-point mechanism with its own "privatize" stream. The common randomness of all pairs is drawn in
-    one call from the round's "pair-shared" stream (row k belongs to pair k alone; in a deployment the
-    two clients derive it from a seed they share, :meth:`RoundContext.pair_generator`), the clients'
-    local coins in one call from "pair-local": no Python loop over pairs or weights.
+    two-point mechanism with its own "privatize" stream. Two uniforms per pair and weight, as for two
+    independent clients: the leaders' points (the shared codebook cell and the leader's coin in it, one
+    uniform: the same law) in one call from the round's "pair-shared" stream (row k belongs to pair k
+    alone; in a deployment the two clients derive the cell from a seed they share,
+    :meth:`RoundContext.pair_generator`), the followers' own coins in one call from "pair-local": no
+    Python loop over pairs or weights.
 
     :meth:`guarantee`: ε per coordinate per round for each client's **own** report (its marginal is
     exactly the two-point mechanism). The server also sees the partner's report; that joint view is

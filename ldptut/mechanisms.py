@@ -447,34 +447,34 @@ class CorrelatedTwoPoint(TwoPoint):
                         local: Optional[torch.Generator] = None) -> Tuple[Tensor, Tensor]:
         """Reports of paired clients: row i of ``leader`` is paired with row i of ``follower`` (same shape).
 
-        One shared uniform per (pair, coordinate) from ``shared`` (the pair's common randomness), one
-        local uniform per (client, coordinate) from ``local`` (each client's own coin). Returns the two
-        report tensors (each the input's shape, dtype and device)."""
+        Two uniforms per (pair, coordinate), as many as two independent clients use. The leader's point
+        U = F[K] + (F[K+1] - F[K]) V_L is drawn whole from ``shared``: a uniform U in [0, 1) read as
+        its codebook cell K (F[K] <= U < F[K+1], which has the law of NumRand Bernoulli(p_x) bits read as an
+        integer) and its position V_L in the cell (uniform, independent of K): the same joint law as a
+        shared index K plus the leader's own coin V_L. The follower's own coin V_F comes from ``local``. (A
+        deployment draws K from the pair's shared seed and V_L from the leader's own; the server sees only
+        the reports, whose law is the same.) Returns the two report tensors (each the input's shape, dtype
+        and device)."""
         if leader.shape != follower.shape:
             raise ValueError(f"leader {tuple(leader.shape)} and follower {tuple(follower.shape)} must have one shape")
         wl, wf = self._clipped_input(leader), self._clipped_input(follower)
         c, r = self._range(wl)
-        n = float(2 ** self.num_rand)
-        u = torch.rand(wl.shape, generator=shared, dtype=wl.dtype, device=wl.device)
-        v = torch.rand((2,) + tuple(wl.shape), generator=local, dtype=wl.dtype, device=wl.device)
-        # A client's own point in [0, 1): F[K] + (F[K+1] - F[K]) V, the shared cell K refined by its own coin V.
-        # The leader reports + iff its point < t_L, the follower iff its point >= t_F; this is the cell rule
-        # of the docstring (K < k, or K = k and V < f), written without computing the cuts' cells.
-        if self.p_x == 0.5:  # F[k] = k / 2^NumRand: compare in units of cells, K + V against 2^NumRand t
-            k = torch.clamp_(u.mul_(n).floor_(), max=n - 1)
-            scale = n / (2.0 * r * self.a)
-            t_l = wl.sub_(c).mul_(scale).add_(n / 2)                    # 2^NumRand P_L
-            t_f = wf.sub_(c).mul_(-scale).add_(n / 2)                   # 2^NumRand (1 - P_F)
-            point_l, point_f = v[0].add_(k), v[1].add_(k)
+        u = torch.rand(wl.shape, generator=shared, dtype=wl.dtype, device=wl.device)   # leader's point in [0, 1)
+        v = torch.rand(wf.shape, generator=local, dtype=wf.dtype, device=wf.device)    # follower's own coin
+        # The leader reports + iff its point U < t_L = P_L, the follower iff its point F[K] + (F[K+1] - F[K]) V_F
+        # >= t_F = 1 - P_F, with K the cell of U: the cell rule of the class docstring without the cuts' cells.
+        t_l = wl.sub_(c).div_(2.0 * r * self.a).add_(0.5)                      # P_L
+        if self.p_x == 0.5:  # F[k] = k / 2^NumRand: the follower compares in units of cells, K + V_F
+            n = float(2 ** self.num_rand)
+            point_f = v.add_(u.mul(n).floor_())                                 # K + V_F (x 2^NumRand is exact)
+            t_f = wf.sub_(c).mul_(-n / (2.0 * r * self.a)).add_(n / 2)          # 2^NumRand (1 - P_F)
         else:
             cdf = self.cdf.to(dtype=wl.dtype, device=wl.device)
             k = torch.searchsorted(cdf[1:-1], u, right=True)
-            lo_k, mass_k = cdf[k], cdf[k + 1] - cdf[k]
-            t_l = wl.sub_(c).div_(2.0 * r * self.a).add_(0.5)           # P_L
-            t_f = wf.sub_(c).div_(-2.0 * r * self.a).add_(0.5)          # 1 - P_F
-            point_l, point_f = v[0].mul_(mass_k).add_(lo_k), v[1].mul_(mass_k).add_(lo_k)
+            point_f = v.mul_(cdf[k + 1] - cdf[k]).add_(cdf[k])                  # F[K] + (F[K+1] - F[K]) V_F
+            t_f = wf.sub_(c).div_(-2.0 * r * self.a).add_(0.5)                  # 1 - P_F
         lo, span = c - r * self.a, 2.0 * r * self.a
-        out_l = (point_l < t_l).to(wl.dtype).mul_(span).add_(lo)
+        out_l = (u < t_l).to(wl.dtype).mul_(span).add_(lo)
         out_f = (point_f >= t_f).to(wl.dtype).mul_(span).add_(lo)
         return _to_input_dtype(out_l, leader.dtype, self), _to_input_dtype(out_f, follower.dtype, self)
 

@@ -106,6 +106,19 @@ def test_sampler_agrees_with_explicit_numrand_bits():
     assert _within(plus.double().mean(), p, n) and _within(sampled.double().mean(), p, n)
 
 
+def test_sampler_draws_two_uniforms_per_pair_and_weight():
+    """As many uniforms as two independent clients: one from ``shared`` (the leader's point, whose cell is the
+    shared index) and one from ``local`` (the follower's coin) per pair and weight, whatever p_x."""
+    for px in (0.5, 0.3):
+        mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=4, p_x=px)
+        x = torch.zeros(4, 7)
+        s, l = generator(0, "s"), generator(0, "l")
+        mech.privatize_pairs(x, x, shared=s, local=l)
+        s2, l2 = generator(0, "s"), generator(0, "l")
+        torch.rand(4, 7, generator=s2), torch.rand(4, 7, generator=l2)
+        assert torch.equal(s.get_state(), s2.get_state()) and torch.equal(l.get_state(), l2.get_state())
+
+
 def test_same_generators_give_the_same_reports_and_other_seeds_differ():
     mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=8)
     a, b, c = _draw(mech, 1000, seed=1), _draw(mech, 1000, seed=1), _draw(mech, 1000, seed=2)
