@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -592,6 +593,12 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     losses: list[list[float]] = [[] for _ in runs]
     session = config.trainer.start(model=model, layout=layout, runs=runs, x_train=x_train, y_train=y_train)
     lr = getattr(config.trainer, "lr", None)
+    # the run's other state the model needs for evaluation (BatchNorm running statistics), if the trainer keeps any
+    load_state = getattr(session, "load_state", lambda m, a: m)
+    if getattr(session, "buffers", None) is not None and any(r.privatizer is not None for r in runs):
+        warnings.warn("the model has buffers (BatchNorm running statistics): the server averages them in clear "
+                      "every round, outside the privatizer, so no ε covers them (use GroupNorm for a private run)",
+                      stacklevel=2)
     rows = []
     bar = tqdm(range(1, config.rounds + 1), desc=config.desc, disable=not config.progress, leave=False, mininterval=2.0)
     stopped: set[int] = set()  # runs that diverged (on_divergence="stop")
@@ -629,7 +636,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                     raise FloatingPointError(f"{where}: the global model has non-finite weights{hint}")
                 glob[a], acc, loss, diverged = prev[a], math.nan, math.inf, True
             else:
-                acc, loss = evaluate(load_vector(model, layout, glob[a]), x_test, y_test,
+                acc, loss = evaluate(load_state(load_vector(model, layout, glob[a]), a), x_test, y_test,
                                      batch_size=config.eval_batch_size)
                 losses[a].append(loss)
                 if not math.isfinite(loss) or _diverged(losses[a], config.divergence_factor):
@@ -655,7 +662,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
         bar.set_postfix(acc=f"{rows[-1]['accuracy']:.3f}", refresh=False)
         if len(stopped) == len(runs):
             break
-    load_vector(model, layout, glob[0])
+    load_state(load_vector(model, layout, glob[0]), 0)
     return FLResult(history=pd.DataFrame(rows), weights=glob, layout=layout, model=model,
                     guarantees=[acc.worst_total() for acc in accountants])
 

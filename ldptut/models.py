@@ -12,6 +12,7 @@ randomness inside the forward pass).
 | ``cnn_pool`` | CorBin-FL's ``CNNMNIST``: conv32 and conv64 (3x3, padding 1) each with max-pool, FC128 | 421,642 |
 | ``small_vgg`` | LDP-FL CIFAR-10 "small VGG" (ours: 3 blocks of two 3x3 convs 32-64-128, FC128) | - |
 | ``resnet18`` | torchvision ResNet18 adapted to 32x32 (3x3 stem, no max-pool), GroupNorm by default | - |
+| ``resnet18_bn`` | the same with the original BatchNorm (CorBin-FL's CIFAR-10 model; sequential path only, its running statistics averaged in clear) | - |
 """
 from __future__ import annotations
 
@@ -149,6 +150,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "cnn_pool": CNNPool,
     "small_vgg": SmallVGG,
     "resnet18": resnet18_cifar,
+    "resnet18_bn": lambda **kw: resnet18_cifar(norm="batch", **kw),
 }
 
 

@@ -36,12 +36,15 @@ from ._validate import fraction, one_of, pos_int, real
 from .rng import client_generator
 
 __all__ = ["OptimizerSpec", "batch_schedule", "Trainer", "TrainingSession", "LocalSGD", "PerSampleSGD",
-           "optimal_eta0", "optimal_learning_rate"]
+           "optimal_eta0", "optimal_learning_rate", "average_buffers"]
 
 
 # ------------------------------------------------------------------------------------------ protocol
 class TrainingSession(Protocol):
-    """A trainer started on one batch of runs: holds the data and the clients' persistent state."""
+    """A trainer started on one batch of runs: holds the data and the clients' persistent state.
+
+    It may also define ``load_state(model, run)``: load the run's state the model needs beyond its weight
+    vector (BatchNorm running statistics) before the engine evaluates it."""
 
     def train(self, *, round: int, global_vectors: torch.Tensor, client_ids: Sequence[torch.Tensor]
               ) -> list[torch.Tensor]: ...
@@ -188,7 +191,11 @@ def _train_vectorised(model: nn.Module, global_params: dict[str, torch.Tensor], 
 
 def _train_sequential(model: nn.Module, global_params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                       schedules: list[torch.Tensor], client_index: list[torch.Tensor], opt: OptimizerSpec,
-                      layout: Any, channels_last: bool = True) -> torch.Tensor:
+                      layout: Any, channels_last: bool = True, buffers: dict[str, torch.Tensor] | None = None,
+                      buffers_out: list[dict[str, torch.Tensor]] | None = None) -> torch.Tensor:
+    """Each client in turn: copy the model, load the global weights (and ``buffers``, e.g. BatchNorm running
+    statistics), run its batches with torch.optim; the clients' weight vectors stacked. Each client's
+    buffers after training are appended to ``buffers_out`` when it is given."""
     rows = []
     # Image batches in channels-last layout: CNN2's local step is about 1.5x faster on CPU this way
     # (benchmarks/bench_fl.py, row d); the weights are the same numbers in another memory order.
@@ -198,6 +205,8 @@ def _train_sequential(model: nn.Module, global_params: dict[str, torch.Tensor], 
         with torch.no_grad():
             for k, p in local_model.named_parameters():
                 p.copy_(global_params[k])
+            for k, b in (local_model.named_buffers() if buffers is not None else ()):
+                b.copy_(buffers[k])
         optim = opt.torch_optimizer(local_model.parameters())
         idx = idx.to(x.device)
         for batch in sched:
@@ -206,7 +215,20 @@ def _train_sequential(model: nn.Module, global_params: dict[str, torch.Tensor], 
             F.cross_entropy(local_model(x[b].contiguous(memory_format=fmt)), y[b]).backward()
             optim.step()
         rows.append(layout.flatten(dict(local_model.named_parameters())).detach())
+        if buffers_out is not None:
+            buffers_out.append({k: b.detach().clone() for k, b in local_model.named_buffers()})
     return torch.stack(rows)
+
+
+def average_buffers(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The server's average of the clients' buffers (FedAvg on the state dict, as torch's BatchNorm
+    running statistics are averaged by CorBin-FL's code): floating-point buffers by their unweighted mean,
+    integer counters (``num_batches_tracked``) by their maximum."""
+    out = {}
+    for k, first in states[0].items():
+        stack = torch.stack([st[k] for st in states])
+        out[k] = stack.mean(0) if first.is_floating_point() else stack.max(0).values
+    return out
 
 
 # ------------------------------------------------------------------------------ mini-batch SGD / Adam
@@ -219,6 +241,11 @@ class LocalSGD:
     per-client weights into a grouped convolution that we measured several times slower than looping over
     clients (benchmarks/bench_fl.py). ``client_chunk`` bounds how many clients are trained at once on the
     vectorised path (memory).
+
+    Models with buffers (BatchNorm running statistics) train on the sequential path only. Each run keeps
+    its own buffers: the round's clients start from them and the server replaces them with the clients'
+    average (:func:`average_buffers`), which the engine loads for evaluation. Those averages reach the
+    server **in clear**, outside any privatizer: no ε covers them (CorBin-FL's code does the same).
     """
 
     local_epochs: int = 1
@@ -257,12 +284,25 @@ class _LocalSGDSession:
     def __init__(self, spec: LocalSGD, model, layout, runs, x, y, vectorize: bool):
         self.spec, self.model, self.layout, self.runs, self.x, self.y = spec, model, layout, runs, x, y
         self.fn = _train_vectorised if vectorize else _train_sequential
+        # per run: its buffers (BatchNorm running statistics), None for models without any
+        initial = {k: b.detach().clone() for k, b in model.named_buffers()}
+        self.buffers = [{k: b.clone() for k, b in initial.items()} for _ in runs] if initial else None
+
+    def load_state(self, model: nn.Module, run: int) -> nn.Module:
+        """Load run ``run``'s buffers into ``model`` (for evaluation); models without buffers are left as they are."""
+        if self.buffers is not None:
+            with torch.no_grad():
+                for k, b in model.named_buffers():
+                    b.copy_(self.buffers[run][k])
+        return model
 
     def train(self, *, round: int, global_vectors: torch.Tensor, client_ids: Sequence[torch.Tensor]
               ) -> list[torch.Tensor]:
         out = []
-        for run, glob, ids in zip(self.runs, global_vectors, client_ids):
+        for a, (run, glob, ids) in enumerate(zip(self.runs, global_vectors, client_ids)):
             ids = ids.tolist()
+            clients_buffers: list[dict[str, torch.Tensor]] = []
+            kw = {} if self.buffers is None else dict(buffers=self.buffers[a], buffers_out=clients_buffers)
             schedules = [batch_schedule(len(run.partition[i]), epochs=self.spec.local_epochs,
                                         batch_size=self.spec.batch_size,
                                         generator=client_generator(run.seed, round, i, "batches")) for i in ids]
@@ -270,8 +310,10 @@ class _LocalSGDSession:
             params = self.layout.unflatten(glob)
             chunk = self.spec.client_chunk or len(ids)
             out.append(torch.cat([self.fn(self.model, params, self.x, self.y, schedules[j:j + chunk],
-                                          index[j:j + chunk], self.spec.optimizer, self.layout)
+                                          index[j:j + chunk], self.spec.optimizer, self.layout, **kw)
                                   for j in range(0, len(ids), chunk)]))
+            if clients_buffers:
+                self.buffers[a] = average_buffers(clients_buffers)
         return out
 
 

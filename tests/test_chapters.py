@@ -66,3 +66,17 @@ def test_every_chapter_checks_its_parameters_first(path):
     # a list passed with -p arrives as text
     with pytest.raises(ParameterError, match=f"parameter '{lists[0]}' must be a list.*-y"):
         _run_parameter_cells(path, **{lists[0]: str(ns[lists[0]])})
+
+
+PARAM_FILES = sorted((ROOT / "book" / "params").glob("*-paper.yaml"))
+
+
+@pytest.mark.parametrize("path", PARAM_FILES, ids=[p.stem for p in PARAM_FILES])
+def test_every_parameter_file_passes_its_chapters_check(path):
+    """book/params/<chapter>[-<run>]-paper.yaml: every name is a parameter of the chapter, every value of its type."""
+    import yaml
+
+    chapter = ROOT / "book" / f"{path.stem.split('-')[0]}.ipynb"
+    assert chapter.is_file(), f"{path.name} names no chapter"
+    values = yaml.safe_load(path.read_text())
+    _run_parameter_cells(chapter, **values)

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from ldptut import fl, models, rng
 from ldptut.accounting import Guarantee, gaussian_epsilon
@@ -387,3 +388,42 @@ def test_a_diverging_run_can_be_stopped_and_recorded_while_the_others_go_on():
         _simulate(specs, rounds=3)
     with pytest.raises(ValueError, match="on_divergence"):
         fl.FLConfig(rounds=1, on_divergence="ignore")
+
+
+def _bn_model():
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(256, 4))
+
+
+def test_batchnorm_running_statistics_are_the_clients_average_and_are_used_for_evaluation():
+    """Sequential path with buffers: each run's round starts from its buffers, the server keeps the clients'
+    average (float buffers by mean, the counter by max), and the engine evaluates with them; a private run
+    warns that they travel in clear."""
+    data = _toy()
+    model = _bn_model()
+    layout = fl.ParamLayout.from_model(model)
+    glob = layout.flatten({k: v.detach() for k, v in model.named_parameters()})[None]
+    trainer = LocalSGD(batch_size=32, vectorize=False, optimizer=OptimizerSpec(lr=0.1))
+
+    def after_round(ids):
+        s = trainer.start(model=model, layout=layout, runs=[fl.Run(seed=1, partition=data["partition"])],
+                          x_train=data["x_train"], y_train=data["y_train"])
+        s.train(round=1, global_vectors=glob, client_ids=[torch.tensor(ids)])
+        return s.buffers[0]
+
+    both, one, two = after_round([0, 1]), after_round([0]), after_round([1])
+    assert not torch.equal(both["1.running_mean"], torch.zeros(4))
+    for k in ("1.running_mean", "1.running_var"):
+        torch.testing.assert_close(both[k], (one[k] + two[k]) / 2)
+    assert int(both["1.num_batches_tracked"]) == max(int(one["1.num_batches_tracked"]), int(two["1.num_batches_tracked"]))
+
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.FixedRange(0.0, 0.5))
+    with pytest.warns(UserWarning, match="in clear"):
+        res = fl.run_fedavg(model, rounds=1, lr=0.1, batch_size=32, progress=False, privatizer=priv, seed=1, **data)
+    s = trainer.start(model=model, layout=layout, runs=[fl.Run(seed=1, partition=data["partition"])],
+                      x_train=data["x_train"], y_train=data["y_train"])
+    s.train(round=1, global_vectors=glob, client_ids=[torch.arange(8)])
+    torch.testing.assert_close(res.model[1].running_mean, s.buffers[0]["1.running_mean"])
+    acc, _ = fl.evaluate(res.model, data["x_test"], data["y_test"])
+    assert acc == res.history["accuracy"].iloc[-1]
