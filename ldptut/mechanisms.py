@@ -473,9 +473,10 @@ class CorrelatedTwoPoint(TwoPoint):
             k = torch.searchsorted(cdf[1:-1], u, right=True)
             point_f = v.mul_(cdf[k + 1] - cdf[k]).add_(cdf[k])                  # F[K] + (F[K+1] - F[K]) V_F
             t_f = wf.sub_(c).div_(-2.0 * r * self.a).add_(0.5)                  # 1 - P_F
-        lo, span = c - r * self.a, 2.0 * r * self.a
-        out_l = (u < t_l).to(wl.dtype).mul_(span).add_(lo)
-        out_f = (point_f >= t_f).to(wl.dtype).mul_(span).add_(lo)
+        lo = c - r * self.a
+        hi = lo + 2.0 * r * self.a  # the same float as TwoPoint's lo + 2 r a * 1
+        lo, hi = torch.as_tensor(lo, dtype=wl.dtype, device=wl.device), torch.as_tensor(hi, dtype=wl.dtype, device=wl.device)
+        out_l, out_f = torch.where(u < t_l, hi, lo), torch.where(point_f >= t_f, hi, lo)
         return _to_input_dtype(out_l, leader.dtype, self), _to_input_dtype(out_f, follower.dtype, self)
 
     # ---- closed forms (float64) ----------------------------------------------------------------
