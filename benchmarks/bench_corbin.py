@@ -12,6 +12,7 @@ Repeats are interleaved (a noisy neighbour slows both rows alike); the table giv
 seconds and the ratio CoQ-FL / LDP-FL of each (the issue's target: at most 1.2). Runs on ``--device``
 (cpu by default; cuda on a GPU machine). Usage:
     python benchmarks/bench_corbin.py [--device cpu] [--clients 50] [--repeats 5] [--round-repeats 1] [--rounds 1]
+                                      [--threads N] [--skip-rounds]
 """
 from __future__ import annotations
 
@@ -64,7 +65,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="rounds per run in (b)")
     ap.add_argument("--n-test", type=int, default=1000, help="test images evaluated each round in (b)")
     ap.add_argument("--skip-rounds", action="store_true", help="only (a)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads (default: torch's choice; 1 when another job shares the cores)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     for name in ("clients", "repeats", "round_repeats", "rounds", "n_test"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -469,6 +469,22 @@ def test_bad_x(name):
                 mech.privatize(x, generator(0))
 
 
+def test_the_finite_check_is_exact_when_the_sum_overflows_or_infinities_cancel():
+    """The fast path (a finite sum) must not hide +inf and -inf together (their sum is NaN) and must not
+    reject finite values whose sum overflows."""
+    from ldptut.mechanisms import _check_finite
+
+    both = torch.zeros(1000)
+    both[3], both[7] = float("inf"), -float("inf")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        _check_finite(both)
+    _check_finite(torch.full((10,), 3e38))                          # float32 sum overflows; all finite
+    _check_finite(torch.full((10,), 6e4, dtype=torch.float16))      # summed in float32
+    _check_finite(torch.full((10,), 1.7e308, dtype=torch.float64))  # float64 sum overflows
+    with pytest.raises(ValueError, match="NaN or inf"):
+        _check_finite(torch.tensor([1.0, float("nan")], dtype=torch.bfloat16))
+
+
 def test_randomized_response_rejects_non_bits():
     rr = RandomizedResponse(epsilon=1.0)
     for v in (0.5, 2.0, -1.0, 1e-30):
