@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -595,10 +594,6 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     lr = getattr(config.trainer, "lr", None)
     # the run's other state the model needs for evaluation (BatchNorm running statistics), if the trainer keeps any
     load_state = getattr(session, "load_state", lambda m, a: m)
-    if getattr(session, "buffers", None) is not None and any(r.privatizer is not None for r in runs):
-        warnings.warn("the model has buffers (BatchNorm running statistics): the server averages them in clear "
-                      "every round, outside the privatizer, so no ε covers them (use GroupNorm for a private run)",
-                      stacklevel=2)
     rows = []
     bar = tqdm(range(1, config.rounds + 1), desc=config.desc, disable=not config.progress, leave=False, mininterval=2.0)
     stopped: set[int] = set()  # runs that diverged (on_divergence="stop")

@@ -16,7 +16,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._validate import pos_int, real
+from ._validate import epsilon as _epsilon, pos_int
+from .mechanisms import RandomizedResponse
 
 __all__ = ["EMPTY", "ranks", "top_k_status", "ExponentialSelection", "PerturbedEncoding", "PerturbedSampling"]
 
@@ -35,13 +36,6 @@ def ranks(v: Tensor) -> Tensor:
 def top_k_status(v: Tensor, k: int) -> Tensor:
     """The top-k indicator (bool, v's shape): the k largest |v_j| of each row (ties by index)."""
     return ranks(v) > v.shape[-1] - k
-
-
-def _epsilon(epsilon: float) -> float:
-    e = real(epsilon, "epsilon", positive=True)
-    if not math.isfinite(e):
-        raise ValueError(f"epsilon must be finite, got {epsilon!r}")
-    return e
 
 
 def _uniform_pick(mask: Tensor, generator: Optional[torch.Generator]) -> Tensor:
@@ -81,9 +75,10 @@ class ExponentialSelection:
         return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).clamp_(max=v.shape[-1] - 1).squeeze(-1)
 
     def privacy_loss(self, d: int) -> float:
-        """max over outputs j and inputs v, v' of ln P[j | v] / P[j | v'] (exact): eps1 for every d."""
-        pos_int(d, "d")
-        return self.epsilon * (d - 1) / (d - 1) if d > 1 else 0.0
+        """max over outputs j and inputs v, v' of ln P[j | v] / P[j | v'] (exact). Every v has the same
+        denominator, so it is the log ratio of the most and the least likely rank: eps1 for every d >= 2."""
+        p = self.output_distribution(torch.arange(1.0, pos_int(d, "d") + 1))
+        return math.log(p.max() / p.min())
 
 
 class PerturbedEncoding:
@@ -97,7 +92,8 @@ class PerturbedEncoding:
     def __init__(self, *, epsilon: float, k: int) -> None:
         self.epsilon = _epsilon(epsilon)
         self.k = pos_int(k, "k")
-        self.p = math.exp(self.epsilon) / (math.exp(self.epsilon) + 1.0)
+        self.flip = RandomizedResponse(epsilon=self.epsilon)  # the status bits' perturbation
+        self.p = self.flip.p
 
     def _inclusion(self, d: int) -> tuple[float, float, float]:
         """(P[j | z_j = 1], P[j | z_j = 0], P[EMPTY]) exactly: P[j] = P[j in S] E[1 / (1 + |S \\ {j}|)],
@@ -129,9 +125,7 @@ class PerturbedEncoding:
     def select(self, v: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
         """One index per row (int64), ``EMPTY`` where the perturbed set is empty."""
         _check_v(v, self.k)
-        z = top_k_status(v, self.k)
-        flip = torch.rand(z.shape, generator=generator, device=v.device) >= self.p
-        return _uniform_pick(z ^ flip, generator)
+        return _uniform_pick(self.flip.privatize(top_k_status(v, self.k), generator), generator)
 
     def privacy_loss(self, d: int) -> float:
         """max ln P[out | v] / P[out | v'] over outputs and inputs (exact); EMPTY has the same probability

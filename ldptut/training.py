@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
@@ -285,8 +286,12 @@ class _LocalSGDSession:
         self.spec, self.model, self.layout, self.runs, self.x, self.y = spec, model, layout, runs, x, y
         self.fn = _train_vectorised if vectorize else _train_sequential
         # per run: its buffers (BatchNorm running statistics), None for models without any
-        initial = {k: b.detach().clone() for k, b in model.named_buffers()}
-        self.buffers = [{k: b.clone() for k, b in initial.items()} for _ in runs] if initial else None
+        has_buffers = any(True for _ in model.buffers())
+        self.buffers = [{k: b.detach().clone() for k, b in model.named_buffers()} for _ in runs] if has_buffers else None
+        if has_buffers and any(getattr(r, "privatizer", None) is not None for r in runs):
+            warnings.warn("the model has buffers (BatchNorm running statistics): the server averages them in clear "
+                          "every round, outside the privatizer, so no ε covers them (use GroupNorm for a private run)",
+                          stacklevel=3)
 
     def load_state(self, model: nn.Module, run: int) -> nn.Module:
         """Load run ``run``'s buffers into ``model`` (for evaluation); models without buffers are left as they are."""
