@@ -48,7 +48,7 @@ from .rng import derive_seed, generator
 __all__ = [
     "Dataset", "DataError", "DatasetUnavailable", "DATASETS",
     "load_dataset", "load_mnist", "load_fashion_mnist", "load_cifar10", "load_digits", "load_digits_raw",
-    "load_adult", "load_bank", "load_kddcup99", "load_covertype",
+    "load_adult", "load_bank", "load_kddcup99", "load_covertype", "sparse_synthetic",
     "data_root", "mirror_path",
 ]
 
@@ -1041,6 +1041,32 @@ def load_covertype(*, root: Optional[PathLike] = None, device: DeviceLike = "cpu
     return _tabular_dataset("covertype", _take(arrays, tr_i), _take(arrays, te_i), meta, _COV_CLASSES, source,
                             root_p, device, f"UCI Covertype (random split test_size={test_size}, seed={seed})",
                             {"label_doc": "label = Cover_Type - 1 in 0..6", "test_size": test_size, "seed": seed})
+
+
+# ---------------------------------------------------------------------------- synthetic (sparse gradients)
+def sparse_synthetic(n: int, d: int, *, c1: float, c2: float, seed: int = 0,
+                     device: DeviceLike = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Binary classification data whose per-record gradients are skewed: (x (n, d) float32, y (n,) in {-1, +1}).
+
+    Our reading of the procedure FedSel (DASFAA 2020, Section 5.1) takes from Wangni et al. (NeurIPS 2018,
+    its reference [26]), which it names only by its two parameters: entries x_ij ~ N(0, 1), each multiplied
+    by ``c1`` independently with probability ``c2`` (so a record has about (1 - c2) d large entries; c1 = 0.01,
+    c2 = 0.9 is "syn-0.01-0.9"), a true weight vector w* ~ N(0, I_d) and noiseless labels y = sign(x.w*).
+    Everything is drawn from ``seed``; the same seed gives the same data.
+    """
+    from ._validate import pos_int, real
+
+    n, d = pos_int(n, "n"), pos_int(d, "d")
+    c1 = real(c1, "c1", positive=True)
+    c2 = real(c2, "c2", nonneg=True)
+    if c2 > 1:
+        raise ValueError(f"c2 is a probability, got {c2}")
+    g = torch.Generator().manual_seed(int(seed))
+    x = torch.randn(n, d, generator=g)
+    x = torch.where(torch.rand(n, d, generator=g) < c2, x * c1, x)
+    w_star = torch.randn(d, generator=g)
+    y = torch.where(x @ w_star >= 0, 1.0, -1.0)
+    return x.to(device), y.to(device)
 
 
 # ============================================================================ dispatch
