@@ -10,7 +10,8 @@ Reporters (what one user sends, vectorised over runs and users; all draw from an
 
 * :class:`FullGradient` -- the whole vector, in clear (the non-private baseline "NP");
 * :class:`RandomCoordinate` -- one uniformly drawn coordinate, scaled by d so that the mean is unbiased,
-  optionally perturbed (NP-RS, and the *flat* solutions PM / HM / Duchi of Wang et al., ICDE 2019);
+  optionally perturbed (NP-RS, and the *flat* solutions PM / HM / Duchi of Wang et al., ICDE 2019); being
+  unbiased for the whole vector, it keeps nothing back (``keeps_residual`` False: accumulators reset);
 * :class:`SelectedCoordinate` -- the coordinate a selector picks from |r| (the top one, or FedSel's
   private EXP / PE / PS of :mod:`ldptut.selection`), its value r_j + eta r_j(prev) (line 17), optionally
   perturbed (line 18), *not* rescaled;
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Union
+from typing import Any, ClassVar, Optional, Protocol, Union
 
 import pandas as pd
 import torch
@@ -51,7 +52,11 @@ ACCUMULATE = ("g", "alpha_g")
 class Reporter(Protocol):
     """``report(r, s, generator)`` with r the accumulated vectors (selection input) and s = r + eta r(prev)
     (the values), both (R, m, d): returns the server's mean of the m reports (R, d) and the coordinate each
-    user sent, (R, m) int64 (``EMPTY`` where it sent nothing), or None when every coordinate was sent."""
+    user sent, (R, m) int64 (``EMPTY`` where it sent nothing), or None when every coordinate was sent.
+    ``keeps_residual``: whether a user keeps the coordinates it did not send in its accumulator (FedSel's
+    selection) or resets it entirely (the unbiased reporters, whose report stands for the whole vector)."""
+
+    keeps_residual: bool
 
     def report(self, r: Tensor, s: Tensor, generator: Optional[torch.Generator]) -> tuple[Tensor, Optional[Tensor]]:
         ...
@@ -103,15 +108,19 @@ def _gather(s: Tensor, j: Tensor) -> Tensor:
 
 
 class TopOne:
-    """The non-private top-1 selector (NP-K with k = 1): the coordinate of the largest |r_j| (ties: lowest index)."""
+    """The non-private top-1 selector (NP-K with k = 1): the coordinate of the largest |r_j|, ties by index as
+    in :func:`ldptut.selection.top_k_status` (of equal |r_j| the last index), so it is ``top_k_status(v, 1)``."""
 
     def select(self, v: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
-        return v.abs().argmax(-1)
+        d = v.shape[-1]
+        return d - 1 - v.abs().flip(-1).argmax(-1)  # argmax returns the first maximum: the last one of v
 
 
 @dataclass(frozen=True)
 class FullGradient:
     """NP: every user sends its whole vector s in clear; the server's mean is exact."""
+
+    keeps_residual: ClassVar[bool] = False
 
     def report(self, r: Tensor, s: Tensor, generator: Optional[torch.Generator]) -> tuple[Tensor, None]:
         return s.mean(1), None
@@ -122,6 +131,8 @@ class RandomCoordinate:
     """One coordinate J ~ U[d] per user, reported as d * M(s_J) e_J (M the perturbation, or the identity):
     unbiased, E = s (the flat solution, Wang et al. ICDE 2019, with one sampled dimension; their rule
     k = max(1, min(d, floor(eps / 2.5))) gives one for eps < 5)."""
+
+    keeps_residual: ClassVar[bool] = False
 
     perturbation: Optional[Mechanism] = None
 
@@ -139,6 +150,8 @@ class RandomCoordinate:
 class SelectedCoordinate:
     """FedSel's two stages (Algorithm 1, lines 16-18): j = selector(r), report M(s_j) e_j, not rescaled
     (a biased, top-k-like sparsification; the accumulator keeps what was not sent)."""
+
+    keeps_residual: ClassVar[bool] = True
 
     selector: Any
     perturbation: Optional[Mechanism] = None
@@ -165,6 +178,8 @@ class ProjectedCoordinate:
     averages in the q-space and recovers the mean with the pseudo-inverse: mean(y*) pinv(Phi), the
     least-norm x with x Phi = mean(y*) (an estimate of the projection of the mean onto Phi's column space)."""
 
+    keeps_residual: ClassVar[bool] = False
+
     def __init__(self, phi: Tensor, perturbation: Optional[Mechanism] = None) -> None:
         if phi.dim() != 2 or phi.shape[1] > phi.shape[0]:
             raise ValueError(f"phi must be d x q with q <= d, got shape {tuple(phi.shape)}")
@@ -175,7 +190,7 @@ class ProjectedCoordinate:
 
     def report(self, r: Tensor, s: Tensor, generator: Optional[torch.Generator]) -> tuple[Tensor, None]:
         y = s @ self.phi.to(s.dtype)
-        mean_y, _ = self.inner.report(y, y, generator)
+        mean_y, _ = self.inner.report(y, y, generator)  # the mean of q * M(y_J) e_J over users
         return mean_y @ self.pinv.to(s.dtype), None
 
 
@@ -255,8 +270,10 @@ def train(x: Tensor, y: Tensor, train_idx: Tensor, test_mask: Tensor, *, reporte
             w.sub_(mean, alpha=server_lr)
             if state is not None:
                 # line 18: r_j <- 0 for the sent j (EMPTY matches no coordinate: nothing was sent)
-                sent_mask = True if sent is None else torch.arange(d, device=dev) == sent.unsqueeze(-1)
-                state[rows_r, pos] = torch.where(sent_mask, 0.0, r)
+                if sent is None or not getattr(reporter, "keeps_residual", True):
+                    state[rows_r, pos] = 0.0
+                else:
+                    state[rows_r, pos] = torch.where(torch.arange(d, device=dev) == sent.unsqueeze(-1), 0.0, r)
             it += 1
             bar.update(1)
             if it % eval_every == 0 and it < total:

@@ -34,15 +34,28 @@ def ranks(v: Tensor) -> Tensor:
 
 
 def top_k_status(v: Tensor, k: int) -> Tensor:
-    """The top-k indicator (bool, v's shape): the k largest |v_j| of each row (ties by index)."""
-    return ranks(v) > v.shape[-1] - k
+    """The top-k indicator (bool, v's shape): the k largest |v_j| of each row, ties by index as in
+    :func:`ranks` (of equal |v_j| the later index ranks higher), i.e. ``ranks(v) > d - k``.
+
+    Without a sort: the k-th largest |v| (``topk``) is the threshold; everything above it is in, and of the
+    entries equal to it the last ``k - #above`` (counted from the right) are in."""
+    a = v.abs()
+    thr = a.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+    above = a > thr
+    tie = a == thr
+    need = k - above.sum(-1, keepdim=True)
+    from_right = tie.flip(-1).cumsum(-1).flip(-1)          # ties at index >= j
+    return above | (tie & (from_right <= need))
 
 
 def _uniform_pick(mask: Tensor, generator: Optional[torch.Generator]) -> Tensor:
-    """One index per row, uniform over the row's True entries (EMPTY where a row has none)."""
-    keys = torch.rand(mask.shape, generator=generator, device=mask.device).masked_fill_(~mask, -1.0)
-    j = keys.argmax(-1)
-    return torch.where(mask.any(-1), j, torch.full_like(j, EMPTY))
+    """One index per row, uniform over the row's True entries (EMPTY where a row has none): one uniform u
+    per row, the r-th True entry with r = floor(u * count) (uniform up to the 2^-24 grid of float32 u)."""
+    count = mask.sum(-1, keepdim=True)
+    u = torch.rand(count.shape, generator=generator, device=mask.device)
+    r = torch.minimum((u * count).long(), (count - 1).clamp(min=0))
+    j = torch.searchsorted(mask.cumsum(-1), r + 1).squeeze(-1)   # first position with r + 1 True entries
+    return torch.where(count.squeeze(-1) > 0, j.clamp(max=mask.shape[-1] - 1), torch.full_like(j, EMPTY))
 
 
 def _check_v(v: Tensor, k: int = 1) -> int:
@@ -156,7 +169,7 @@ class PerturbedSampling:
         return torch.where(z, torch.tensor(p / self.k, **f64), torch.tensor((1.0 - p) / (d - self.k), **f64))
 
     def select(self, v: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
-        """One index per row (int64): one uniform for the set, one per coordinate for the pick inside it."""
+        """One index per row (int64): one uniform for the set, one for the pick inside it."""
         d = _check_v(v, self.k)
         z = top_k_status(v, self.k)
         in_top = torch.rand(z.shape[:-1] + (1,), generator=generator, device=v.device) < self.p_top(d)

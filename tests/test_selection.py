@@ -89,3 +89,13 @@ def test_bad_k_or_v_is_rejected():
         PerturbedEncoding(epsilon=1.0, k=5).select(V)
     with pytest.raises(TypeError, match="floating-point"):
         ExponentialSelection(epsilon=1.0).select(torch.tensor([[1, 2, 3]]))
+
+
+def test_top_k_status_without_a_sort_equals_the_ranks_rule_on_ties():
+    """top_k_status (topk threshold, ties counted from the right) is exactly ranks(v) > d - k, also when many
+    |v_j| are equal (one-hot features give such gradients)."""
+    g = torch.Generator().manual_seed(5)
+    for d, k in [(5, 1), (8, 3), (20, 2), (50, 10)]:
+        v = torch.randint(-3, 4, (400, d), generator=g).double()   # few distinct values: ties everywhere
+        assert torch.equal(top_k_status(v, k), ranks(v) > d - k)
+        assert bool((top_k_status(v, k).sum(-1) == k).all())

@@ -36,7 +36,7 @@ from . import Paper, Reported
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare", "FedSelRun", "METHODS",
            "method_run", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
-           "selection_seconds", "gains_losses", "compare"]
+           "selection_seconds", "gains_losses", "compare", "runs_table", "base_run"]
 
 PAPER = Paper(
     key="fedsel",
@@ -183,6 +183,9 @@ class FedSelRun(RunConfig):
             raise ValueError(f"mu must be in (0, 1), got {self.mu}")
         if self.control and not (self.selection in ("exp", "pe", "ps") and self.perturbation is not None):
             raise ValueError("control ('-C') applies to a private selection with a value perturbation")
+        if self.selection in ("full", "top") and self.perturbation is not None:
+            raise ValueError(f"selection={self.selection!r} sends in clear (the top-1 index is a function of the data); "
+                             "perturbation must be None")
         if self.selection == "projection" and self.perturbation is None:
             raise ValueError("the compressed solution perturbs its projected value: give a perturbation")
         for name in ("k_fraction", "compression_ratio"):
@@ -219,14 +222,15 @@ class FedSelRun(RunConfig):
     def method(self) -> str:
         """The paper's name: "NP", "NP-RS", "NP-K", "PS", "PM", "PS-PM", "PS-PM-C", "PS-PM-O", "PM-RP"."""
         pert = (self.perturbation or "").upper().replace("DUCHI", "Duchi")
+        o = "-O" if self.accumulate == "alpha_g" else ""
         if self.selection == "full":
-            return "NP"
+            return "NP" + o
         if self.selection in ("random", "top"):
-            return {"random": "NP-RS", "top": "NP-K"}[self.selection] if not pert else pert
+            return ({"random": "NP-RS", "top": "NP-K"}[self.selection] if not pert else pert) + o
         if self.selection == "projection":
-            return f"{pert}-RP"
+            return f"{pert}-RP" + o
         name = self.selection.upper() + (f"-{pert}" if pert else "")
-        return name + ("-C" if self.control else "") + ("-O" if self.accumulate == "alpha_g" else "")
+        return name + ("-C" if self.control else "") + o
 
     def label(self) -> str:
         eps = "" if self.epsilon is None else f" ε={self.epsilon:g}"
@@ -421,10 +425,25 @@ def compare(runs: pd.DataFrame) -> pd.DataFrame:
             fmt = lambda v: "not run" if o.empty or v is None or pd.isna(v) else f"{v:+.2f}"  # noqa: E731
             n = ""
             if not o.empty:
-                c = runs[(runs["dataset"] == ds)]["config"].iloc[0]
+                c = runs[(runs["dataset"] == ds) & (runs["model"] == model)]["config"].iloc[0]
                 n = f"{c.repeats} x {c.folds}-fold"
             rows.append({"data set": DATASETS[ds]["label"], "model": model, "selection": sel,
                          "gain, paper": vals[2 * i], "gain, ours": fmt(None if o.empty else o["gain"].iloc[0]),
                          "loss, paper": vals[2 * i + 1], "loss, ours": fmt(None if o.empty else o["loss"].iloc[0]),
                          "ours: runs": n})
     return pd.DataFrame(rows)
+
+
+def runs_table(records: Iterable[Any]) -> pd.DataFrame:
+    """:func:`ldptut.runcache.records_table` of FedSel records plus ``method``, ``accuracy_std`` (sample std over
+    the R cross-validation runs, points) and ``misclassification`` (%), the paper's Fig. 2 axis."""
+    from ..runcache import records_table
+
+    records = list(records)
+    t = records_table(records)
+    if t.empty:
+        return t
+    t["method"] = t["config"].map(lambda c: c.method)
+    t["accuracy_std"] = [100 * float(r.history["accuracy_std"].iloc[-1]) for r in records]
+    t["misclassification"] = 100 - t["accuracy"]
+    return t
