@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fl.py
 	$(BIN)/python benchmarks/bench_paper_cost.py
 	$(BIN)/python benchmarks/bench_corbin.py
+	$(BIN)/python benchmarks/bench_fedsel.py
 
 clean:
 	rm -rf _build .pytest_cache

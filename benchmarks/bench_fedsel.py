@@ -200,8 +200,8 @@ def bench_dataset(name: str, args, dev) -> tuple[str, float]:
         "  gather the batch x[rows], y[rows]": lambda: (x[rows], y[rows]),
         "  per_example_gradients (incl. gather)": lambda: linear.per_example_gradients(w, x[rows], y[rows], model=model, l2=L2),
         "  PerturbedSampling.select": lambda: selector.select(g, gen),
-        "    of which top_k_status (stable argsort)": lambda: top_k_status(g, k),
-        "    of which _uniform_pick (m x d uniforms)": lambda: _uniform_pick(z, gen),
+        "    of which top_k_status (topk threshold)": lambda: top_k_status(g, k),
+        "    of which _uniform_pick (one uniform per user)": lambda: _uniform_pick(z, gen),
         "  gather s_j + Piecewise.privatize": lambda: perturbation.privatize(g.gather(-1, j.unsqueeze(-1)).squeeze(-1), gen),
         "  sparse_mean + w - lr mean": lambda: w - LR * fedsgd.sparse_mean(j, pv, d),
     }
