@@ -36,7 +36,7 @@ from . import Paper, Reported
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare", "FedSelRun", "METHODS",
            "method_run", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
-           "selection_seconds", "gains_losses", "compare", "runs_table", "base_run"]
+           "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run"]
 
 PAPER = Paper(
     key="fedsel",
@@ -395,15 +395,29 @@ def selection_seconds(d: int, *, users: int = 1000, repeats: int = 5, epsilon: f
 
 
 # ------------------------------------------------------------------------------------ paper vs ours
+def table3_runs(runs: pd.DataFrame, *, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
+    """The runs at Table 3's settings: one epoch, accumulating g, the given ``lr`` and ``mu`` (a cache holds other
+    settings too, e.g. the learning-rate check)."""
+    if runs.empty:
+        return runs
+    keep = runs["config"].map(lambda c: c.epochs == 1 and c.accumulate == "g" and c.lr == lr and c.mu == mu)
+    return runs[keep]
+
+
 def _acc(runs: pd.DataFrame, ds: str, model: str, method: str, eps: float) -> Optional[float]:
     sel = runs[(runs["dataset"] == ds) & (runs["model"] == model)]
     sel = sel[sel["config"].map(lambda c: c.method == method and c.epsilon == eps)]
+    if len(sel) > 1:
+        raise ValueError(f"{len(sel)} runs of {method} at ε = {eps:g} on {ds} / {model}: filter them first "
+                         "(table3_runs)")
     return None if sel.empty else float(sel["accuracy"].iloc[0])
 
 
-def gains_losses(runs: pd.DataFrame, *, epsilon: float = 2.0) -> pd.DataFrame:
-    """Table 3 from runs (a Runner table or ``runcache.load_runs``): for each (data set, model) and X in
-    EXP / PE / PS, gain = acc(X-PM-C) - acc(PM) and loss = acc(X-PM-C) - acc(X-PM), in points, at ``epsilon``."""
+def gains_losses(runs: pd.DataFrame, *, epsilon: float = 2.0, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
+    """Table 3 from runs (a Runner table or ``runcache.load_runs``) at ``lr`` and ``mu`` (:func:`table3_runs`):
+    for each (data set, model) and X in EXP / PE / PS, gain = acc(X-PM-C) - acc(PM) and
+    loss = acc(X-PM-C) - acc(X-PM), in points, at ``epsilon``."""
+    runs = table3_runs(runs, lr=lr, mu=mu)
     rows = []
     for (ds, model), _ in runs.groupby(["dataset", "model"], sort=False):
         for sel in ("EXP", "PE", "PS"):
@@ -414,10 +428,11 @@ def gains_losses(runs: pd.DataFrame, *, epsilon: float = 2.0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def compare(runs: pd.DataFrame) -> pd.DataFrame:
-    """Table 3 (paper) beside ours (:func:`gains_losses` at ε = 2 per user, one epoch), one row per data set,
-    model and selection; "not run" where we have no runs."""
-    ours = gains_losses(runs) if len(runs) else pd.DataFrame(columns=["dataset", "model", "selection", "gain", "loss"])
+def compare(runs: pd.DataFrame, *, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
+    """Table 3 (paper) beside ours (:func:`gains_losses` at ε = 2 per user, one epoch, ``lr``, ``mu``), one row per
+    data set, model and selection; "not run" where we have no runs."""
+    runs = table3_runs(runs, lr=lr, mu=mu)
+    ours = gains_losses(runs, lr=lr, mu=mu) if len(runs) else pd.DataFrame(columns=["dataset", "model", "selection", "gain", "loss"])
     rows = []
     for ds, model, *vals in _TABLE3:
         for i, sel in enumerate(("EXP", "PE", "PS")):
