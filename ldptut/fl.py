@@ -594,6 +594,8 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     lr = getattr(config.trainer, "lr", None)
     # the run's other state the model needs for evaluation (BatchNorm running statistics), if the trainer keeps any
     load_state = getattr(session, "load_state", lambda m, a: m)
+    # the trainer's own per-round metrics of a run (e.g. the variance of its clients' local losses), if any
+    session_metrics = getattr(session, "metrics", lambda a: {})
     rows = []
     bar = tqdm(range(1, config.rounds + 1), desc=config.desc, disable=not config.progress, leave=False, mininterval=2.0)
     stopped: set[int] = set()  # runs that diverged (on_divergence="stop")
@@ -648,7 +650,8 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                            epsilon_unit=str(total.unit))
             if config.on_divergence == "stop":
                 row["diverged"] = diverged
-            rows.append({**row, **{k: v for k, v in metrics.items() if k != "clients_used"}, **dict(run.info)})
+            rows.append({**row, **{k: v for k, v in metrics.items() if k != "clients_used"}, **session_metrics(a),
+                         **dict(run.info)})
             if diverged:
                 stopped.add(a)
         seconds = time.perf_counter() - t0

@@ -146,6 +146,8 @@ def resnet18_cifar(*, input_shape: Sequence[int] = (3, 32, 32), num_classes: int
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "logreg": LogisticRegression,
     "mlp": MLP,
+    # PD-LDPFL's base model (the authors' code; the paper says only "two hidden layers"): 531,400 weights
+    "mlp_600_100_nobias": lambda **kw: MLP(hidden=(600, 100), bias=False, **kw),
     "cnn2": CNN2,
     "cnn_pool": CNNPool,
     "small_vgg": SmallVGG,

@@ -1,0 +1,276 @@
+"""PD-LDPFL: parameter decoupling with the Piecewise Mechanism (Wang, Yang, Wei, Computer Science 51(11): 379-388, 2024).
+
+Source: ``../shared/papers/pd-ldpfl_wang2024_zh.txt`` (in Chinese; sections cited as in the paper) and NOTES.md
+section 5. Each client trains T_out(base(T_in(x))) (Sec. 3.2, Eq. 3) and uploads only the base, every weight
+perturbed with the Piecewise Mechanism (PM, Wang et al. ICDE 2019) after Algorithm 2's scaling: t = max(θ), θ / t,
+PM, times t.
+
+Generic parts: the transforms and their trainer (:mod:`ldptut.personal`), PM (:class:`ldptut.mechanisms.Piecewise`),
+the round engine (:mod:`ldptut.fl`). This module holds Algorithm 2 as a privatizer (:class:`LayerScaledPiecewise`)
+beside the LDP-correct alternative (a public bound), the paper's settings and numbers (Tables 1-2), the run kind
+(:class:`PdLdpflRun`), the claim checks' closed forms and the paper-vs-ours table.
+
+Units: ε is **per weight per round** (the paper's ε = 8); a client's report of d weights composes to d ε per round
+by basic composition (:func:`composed_epsilon`), and the scaled variant is not ε-LDP at all (its scale t is
+private and the reports reveal it: :func:`ldptut.attacks` check in the chapter).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Optional, Sequence
+
+import pandas as pd
+import torch
+
+from .._validate import epsilon as _epsilon, one_of
+from ..accounting import Guarantee
+from ..experiments import FedAvgRun
+from ..fl import FixedRange, LocalPerturbation, RoundContext
+from ..mechanisms import Piecewise
+from ..personal import TRANSFORMS, PersonalizedLocalSGD
+from ..training import OptimizerSpec
+from . import Paper, Reported, mean_std
+
+__all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
+           "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
+           "configs", "compare"]
+
+PAPER = Paper(
+    key="pd_ldpfl",
+    citation="Wang, Yang, Wei. Federated learning with local differential privacy based on parameter decoupling "
+             "(PD-LDPFL). Computer Science 51(11): 379-388, 2024 (in Chinese).",
+    chapter="book/pd_ldpfl",
+    intro="**PD-LDPFL**: personal input and output transforms kept on the client around a shared base perturbed "
+          "with the Piecewise Mechanism; what the decoupling buys, and the scaling that leaks.",
+)
+
+EPSILON_UNIT = "per weight per round"
+
+#: Table 2's setting (Sec. 5.4) and what the paper leaves to the authors' code (NOTES.md section 5).
+SETTINGS = {
+    "table2": {"datasets": ("mnist", "fashion_mnist"), "epsilon": 8.0, "lr": 0.05, "rounds": 50,
+               "dirichlet_alpha": 1.0, "clients": (5, 10, 25, 50),
+               "model": "mlp_600_100_nobias",     # the authors' code: 784-600-100-10 without bias (not in the paper)
+               "batch_size": 64, "local_epochs": 1,  # the authors' code (not in the paper)
+               "optimizer": "sgd", "transforms": ("affine", "affine")},
+    "table1": {"dataset": "mnist", "dirichlet_alpha": 0.05, "clients": 10, "epsilon": 8.0, "rounds": 50, "lr": 0.1},
+    "dlg": {"dirichlet_alpha": 5.0, "clients": 10, "rounds": 50, "lr": 0.1},
+}
+
+_T2 = "test accuracy (%) of the global model, Table 2 (ε = 8 per weight, lr 0.05, 50 rounds, Dirichlet α = 1)"
+
+#: Table 2: clients -> (MNIST FedAvg, PrivateFL, PD-LDPFL, FMNIST FedAvg, PrivateFL, PD-LDPFL).
+_TABLE2 = {5: (92.77, 94.80, 96.57, 80.16, 81.26, 82.27), 10: (92.50, 95.11, 96.40, 75.05, 75.84, 76.32),
+           25: (90.29, 93.7, 95.15, 76.68, 78.21, 79.85), 50: (89.69, 92.97, 94.87, 74.50, 77.31, 78.53)}
+
+REPORTED = [
+    Reported(claim=f"{ds} {method} {n} clients", value=vals[3 * j + i], metric=_T2, source="Table 2", epsilon=8.0,
+             epsilon_unit=EPSILON_UNIT, setting=(("dataset", ds), ("method", method), ("n_clients", n)))
+    for n, vals in _TABLE2.items()
+    for j, ds in enumerate(("mnist", "fashion_mnist"))
+    for i, method in enumerate(("fedavg", "privatefl", "pd_ldpfl"))
+]
+
+#: Table 1 (Sec. 4.3.1): heterogeneity l_sum on non-IID MNIST (Dirichlet 0.05, 10 clients, ε = 8, 50 rounds),
+#: input transform (rows) x output transform (columns); NaN: "NAN", the model did not converge.
+TABLE1 = pd.DataFrame(
+    [[0.580, 0.416, math.nan, 0.191, 0.126], [0.464, 0.396, math.nan, 0.199, 0.098],
+     [0.524, 0.510, math.nan, 0.165, 0.143], [0.549, 0.526, math.nan, 0.184, 0.124],
+     [4.114, 4.47, math.nan, 1.86, 0.503]],
+    index=pd.Index(["none", "affine", "log", "tanh", "sigmoid"], name="input"),
+    columns=pd.Index(["none", "affine", "log", "tanh", "sigmoid"], name="output"))
+
+
+# ------------------------------------------------------------------------------------ Algorithm 2
+#: How a client scales a tensor before PM: the paper's max(θ), max|θ| (no value outside [-1, 1]), per tensor.
+SCALINGS = ("max", "max_abs")
+
+
+class LayerScaledPiecewise:
+    """Algorithm 2 (DataPerturbation) as a privatizer: per client and parameter tensor, t = max(w) (``scaling``
+    "max", the paper's) or max|w| ("max_abs"), PM with ε per weight on w / t (clipped to [-1, 1]: with t = max(w)
+    a negative weight below -t lies outside), the report times t.
+
+    The paper's text takes t over the whole model; the authors' code per layer; ``scope`` picks ("tensor",
+    "model"). t is computed from the client's own weights and never made public, so the report is **not**
+    ε-LDP: its support [-C t, C t] reveals t (``ldptut.attacks.recover_piecewise_scale``). :meth:`guarantee` states
+    the per-weight ε PM would give with a public t, with that caveat in its note."""
+
+    def __init__(self, *, epsilon: float, scaling: str = "max", scope: str = "tensor") -> None:
+        self.epsilon = _epsilon(epsilon)
+        self.scaling = one_of(scaling, "scaling", SCALINGS)
+        self.scope = one_of(scope, "scope", ("tensor", "model"))
+        self._unit = Piecewise(epsilon=self.epsilon)
+
+    def scales(self, payloads: torch.Tensor, context: RoundContext) -> torch.Tensor:
+        """t per client and coordinate, (m, d): the max (or max |w|) of the coordinate's tensor (or model)."""
+        v = payloads.abs() if self.scaling == "max_abs" else payloads
+        if self.scope == "model":
+            return v.amax(-1, keepdim=True).expand_as(payloads)
+        idx = context.layout.layer_index(payloads.device)
+        per_tensor = torch.stack([v[:, s].amax(-1) for s in context.layout.slices], dim=-1)  # (m, tensors)
+        return per_tensor[:, idx]
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        t = self.scales(payloads, context)
+        if not bool((t > 0).all()):
+            raise ValueError("a tensor's max weight is <= 0: Algorithm 2 divides by it (use scaling='max_abs')")
+        unit = payloads / t
+        out = torch.empty_like(payloads)
+        for i, g in enumerate(context.generators):
+            out[i] = self._unit.privatize(unit[i], generator=g)
+        return out * t
+
+    def guarantee(self, context: RoundContext) -> list[Guarantee]:
+        from dataclasses import replace
+
+        g = replace(self._unit.guarantee, note="only if t were public: the client's own max scales it, and the "
+                                               "reports reveal it (not LDP)")
+        return [g] * len(context.client_ids)
+
+    def __repr__(self) -> str:
+        return f"LayerScaledPiecewise(epsilon={self.epsilon}, scaling={self.scaling!r}, scope={self.scope!r})"
+
+
+def scaled_variance(w: Any, *, epsilon: float, scale: float) -> torch.Tensor:
+    """Theorem 1 / Eq. 6: the variance of t * PM(w / t), w^2 / (e^{ε/2} - 1) + t^2 (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)^2),
+    = t^2 Var_PM(w / t) (float64)."""
+    return Piecewise(epsilon=epsilon, radius=float(scale)).variance(torch.as_tensor(w, dtype=torch.float64))
+
+
+def composed_epsilon(*, d: int, epsilon: float, rounds: int = 1) -> float:
+    """Basic composition of ε per weight over d weights and ``rounds`` rounds: d ε rounds."""
+    return float(d) * _epsilon(epsilon) * rounds
+
+
+def outside_unit_share(weights: Iterable[torch.Tensor]) -> pd.DataFrame:
+    """Claim check 4: per tensor, the share of w / max(w) outside [-1, 1] (the weights below -max(w)), which
+    PM then clips; with max|w| the share is 0."""
+    rows = []
+    for i, w in enumerate(weights):
+        w = w.detach().flatten().double()
+        t = w.max()
+        rows.append({"tensor": i, "weights": w.numel(), "max(w)": float(t), "max|w|": float(w.abs().max()),
+                     "outside [-1, 1] (%)": 100 * float((w / t < -1).double().mean()) if t > 0 else math.nan})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ runs
+#: The chapter's methods: (input transform, output transform). PrivateFL here is its input transform under the
+#: same PM noise (NOTES.md section 5), not PrivateFL's DP-SGD.
+METHODS = {"fedavg": ("none", "none"), "privatefl": ("affine", "none"), "output_only": ("none", "affine"),
+           "pd_ldpfl": ("affine", "affine")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PdLdpflRun(FedAvgRun):
+    """A FedAvg run whose clients keep personal transforms (:class:`ldptut.personal.PersonalizedLocalSGD`) and
+    perturb the base with PM, ε per weight per round. ``scaling``: Algorithm 2's per-client scale ("max", the
+    paper's; "max_abs"; ``range`` is then that of the scaled weights, FixedRange(0, 1)) or None: the public bound
+    ``range`` (the LDP-correct variant). ``n_train``: use the first
+    n of a fixed shuffle (seed 0) of the training set (None: all)."""
+
+    kind: ClassVar[str] = "pd_ldpfl"
+
+    input_transform: str = "affine"
+    output_transform: str = "affine"
+    a_init: float = 1.0
+    b_init: float = 0.0
+    scaling: Optional[str] = "max"
+    scope: str = "tensor"
+    n_train: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        one_of(self.input_transform, "input_transform", TRANSFORMS)
+        one_of(self.output_transform, "output_transform", TRANSFORMS)
+        if self.scaling is not None:
+            one_of(self.scaling, "scaling", SCALINGS)
+            if self.mechanism != "piecewise":
+                raise ValueError(f"scaling (Algorithm 2) applies to mechanism='piecewise', got {self.mechanism!r}")
+        super().__post_init__()
+
+    @property
+    def method(self) -> str:
+        return next((k for k, v in METHODS.items() if v == (self.input_transform, self.output_transform)),
+                    f"{self.input_transform}+{self.output_transform}")
+
+    def trainer(self, *, vectorize: bool | str = "auto", client_chunk: Optional[int] = None) -> PersonalizedLocalSGD:
+        opt = OptimizerSpec(name=self.optimizer, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        return PersonalizedLocalSGD(local_epochs=self.local_epochs, batch_size=self.batch_size, optimizer=opt,
+                                    input_transform=self.input_transform, output_transform=self.output_transform,
+                                    a_init=self.a_init, b_init=self.b_init)
+
+    def privatizer(self):
+        if self.mechanism is not None and self.scaling is not None:
+            return LayerScaledPiecewise(epsilon=self.epsilon, scaling=self.scaling, scope=self.scope)
+        return super().privatizer()
+
+    def data(self, ds):
+        ds = super().data(ds)
+        if self.n_train is None:
+            return ds
+        import dataclasses
+
+        from ..rng import generator
+
+        if self.n_train > ds.x_train.shape[0]:
+            raise ValueError(f"n_train = {self.n_train} exceeds the {ds.x_train.shape[0]} training examples")
+        keep = torch.randperm(ds.x_train.shape[0], generator=generator(0, "pd-ldpfl-train-shuffle"))[: self.n_train]
+        keep = keep.to(ds.x_train.device)
+        return dataclasses.replace(ds, x_train=ds.x_train[keep], y_train=ds.y_train[keep])
+
+    def label(self) -> str:
+        noise = "in clear" if self.mechanism is None else (
+            f"PM ε={self.epsilon:g}, " + (f"scaled by {self.scaling}" if self.scaling else "public bound"))
+        return f"{self.method} ({noise}), {self.n_clients} clients, seed {self.seed}"
+
+
+def method_run(method: str, *, base: PdLdpflRun) -> PdLdpflRun:
+    """``base`` with the transforms of ``method`` (:data:`METHODS`)."""
+    t_in, t_out = METHODS[one_of(method, "method", list(METHODS))]
+    return base.replace(input_transform=t_in, output_transform=t_out)
+
+
+def table2_run(dataset: str, n_clients: int, *, rounds: Optional[int] = None, n_train: Optional[int] = None,
+               seed: int = 0, scaling: Optional[str] = "max", public_bound: float = 0.1) -> PdLdpflRun:
+    """PD-LDPFL at Table 2's settings (:data:`SETTINGS`), ``rounds`` / ``n_train`` overridable; ``scaling`` None
+    uses the public bound [-public_bound, public_bound] instead of Algorithm 2's scale."""
+    s = SETTINGS["table2"]
+    one_of(dataset, "dataset", s["datasets"])
+    return PdLdpflRun(paper="pd_ldpfl", dataset=dataset, model=s["model"], n_clients=n_clients,
+                      rounds=rounds or s["rounds"], seed=seed, partition="dirichlet", dirichlet_alpha=s["dirichlet_alpha"],
+                      local_epochs=s["local_epochs"], batch_size=s["batch_size"], optimizer=s["optimizer"], lr=s["lr"],
+                      mechanism="piecewise", epsilon=s["epsilon"], scaling=scaling,
+                      range=FixedRange(0.0, 1.0) if scaling else FixedRange(0.0, public_bound), n_train=n_train)
+
+
+def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Sequence[int] = (5, 10, 25, 50),
+            methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"), seeds: Sequence[int] = (0,),
+            **kw: Any) -> list[tuple[str, PdLdpflRun]]:
+    """Table 2's grid: every method, data set and number of clients (``kw`` to :func:`table2_run`)."""
+    return [("table 2", method_run(m, base=table2_run(ds, n, seed=s, **kw)))
+            for ds in datasets for n in clients for m in methods for s in seeds]
+
+
+def compare(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 2 beside ours (final test accuracy of the global model, mean ± std over seeds), per data set, method
+    and number of clients; "not run" where we have no runs. Runs with a public bound are listed apart."""
+    rows = []
+    for claim in REPORTED:
+        w = claim.where
+        sel = runs
+        if len(sel):
+            sel = sel[(sel["dataset"] == w["dataset"]) & (sel["n_clients"] == w["n_clients"])]
+            sel = sel[sel["config"].map(lambda c: getattr(c, "method", None) == w["method"])]
+        groups = list(sel.groupby(sel["config"].map(lambda c: c.scaling or "public bound"), sort=True)) if len(sel) else []
+        for scaling, g in groups or [(None, sel)]:
+            settings = ""
+            if len(g):
+                c = g["config"].iloc[0]
+                settings = (f"{c.rounds} rounds, {c.n_train or 'all'} train images, "
+                            + (f"Algorithm 2 scale ({scaling})" if scaling != "public bound" else "public bound"))
+            rows.append({"data set": w["dataset"], "clients": w["n_clients"], "method": w["method"],
+                         "paper (%)": claim.value, "ours (%)": mean_std(g["accuracy"]) if len(g) else "not run",
+                         "settings": settings})
+    return pd.DataFrame(rows)

@@ -1,0 +1,173 @@
+"""PD-LDPFL (Wang, Yang, Wei 2024): the personal transforms and their trainer (ldptut.personal), Algorithm 2's
+scaled Piecewise Mechanism and the paper module's closed forms (ldptut.papers.pd_ldpfl).
+
+Statistical tolerance: an empirical mean (variance) of N draws against its closed form within 5 standard errors."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from ldptut import fl, models
+from ldptut.mechanisms import Piecewise
+from ldptut.papers import pd_ldpfl as P
+from ldptut.personal import Extended, PersonalizedLocalSGD, PersonalTransform
+from ldptut.rng import generator
+from ldptut.training import LocalSGD, OptimizerSpec
+
+
+def _tiny_data(n=120, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, 4, 4, generator=g)
+    y = (x.flatten(1)[:, :8].sum(1) > x.flatten(1)[:, 8:].sum(1)).long() + 2 * (x[:, 0, 0, 0] > 0.5).long()
+    return x, y
+
+
+def _tiny_model():
+    """The same weights every call (seeded)."""
+    return models.build_model("mlp", input_shape=(1, 4, 4), num_classes=4, hidden=(8,), bias=False, seed=0)
+
+
+@pytest.mark.parametrize("kind", ["affine", "tanh", "sigmoid", "log"])
+def test_transform_families_compute_f_of_ax_plus_b(kind):
+    t = PersonalTransform(kind=kind, a_shape=(1, 1, 1), b_shape=(1, 4, 4), a_init=0.5, b_init=0.25)
+    x = torch.rand(3, 1, 4, 4)
+    z = 0.5 * x + 0.25
+    want = {"affine": z, "tanh": torch.tanh(z), "sigmoid": torch.sigmoid(z), "log": torch.log(1 + z)}[kind]
+    assert torch.allclose(t(x), want)
+    assert t.a.shape == (1, 1, 1) and t.b.shape == (1, 4, 4)
+
+
+def test_identity_start_leaves_the_base_model_unchanged_and_none_has_no_parameters():
+    base = _tiny_model()
+    t_in = PersonalTransform(kind="affine", a_shape=(1, 1, 1), b_shape=(1, 4, 4))
+    t_out = PersonalTransform(kind="affine", a_shape=(1,), b_shape=(4,))
+    x = torch.rand(5, 1, 4, 4)
+    assert torch.equal(Extended(base, t_in, t_out)(x), base(x))
+    assert not list(PersonalTransform(kind="none", a_shape=(1,), b_shape=(1,)).parameters())
+    with pytest.raises(ValueError, match="transform"):
+        PersonalTransform(kind="exp", a_shape=(1,), b_shape=(1,))
+    with pytest.raises(ValueError, match="input_transform"):
+        PersonalizedLocalSGD(input_transform="cubic")
+
+
+def _simulate(trainer, rounds=2, privatizer=None, seed=0):
+    x, y = _tiny_data()
+    part = [torch.arange(i, 120, 3) for i in range(3)]
+    cfg = fl.FLConfig(rounds=rounds, trainer=trainer, progress=False)
+    return fl.simulate(cfg, [fl.Run(seed=seed, partition=part, privatizer=privatizer)], model=_tiny_model(),
+                       x_train=x, y_train=y, x_test=x, y_test=y)
+
+
+def test_without_transforms_the_trainer_is_plain_fedavg():
+    """No transform on either side: the same batches and the same SGD steps as LocalSGD's sequential path."""
+    opt = OptimizerSpec(name="sgd", lr=0.1)
+    a = _simulate(PersonalizedLocalSGD(batch_size=8, optimizer=opt, input_transform="none", output_transform="none"))
+    b = _simulate(LocalSGD(batch_size=8, optimizer=opt, vectorize=False))
+    assert torch.allclose(a.weights, b.weights, atol=1e-6)
+    assert "loss_variance" in a.history and (a.history["loss_variance"] >= 0).all()
+
+
+def test_personal_transforms_persist_across_rounds_and_only_the_base_is_sent():
+    trainer = PersonalizedLocalSGD(batch_size=8, optimizer=OptimizerSpec(name="sgd", lr=0.1))
+    x, y = _tiny_data()
+    part = [torch.arange(i, 120, 3) for i in range(3)]
+    model = _tiny_model()
+    layout = fl.ParamLayout.from_model(model)
+    run = fl.Run(seed=0, partition=part)
+    session = trainer.start(model=model, layout=layout, runs=[run], x_train=x, y_train=y)
+    glob = layout.flatten(dict(model.named_parameters())).detach()[None]
+    out1 = session.train(round=1, global_vectors=glob, client_ids=[torch.arange(3)])
+    assert out1[0].shape == (3, layout.numel)            # the base's weights only
+    after1 = {i: {k: v.clone() for k, v in s.items()} for i, s in session.personal[0].items()}
+    assert sorted(after1) == [0, 1, 2]
+    assert not torch.equal(after1[0]["t_in.b"], torch.zeros(1, 4, 4))  # trained away from the start
+    session.train(round=2, global_vectors=glob, client_ids=[torch.tensor([0])])
+    # client 0 continued from its round-1 transforms (they moved again); client 1 did not train: unchanged
+    assert not torch.equal(session.personal[0][0]["t_in.b"], after1[0]["t_in.b"])
+    assert torch.equal(session.personal[0][1]["t_in.b"], after1[1]["t_in.b"])
+    # continuing from round 1's transforms differs from restarting at the identity
+    fresh = trainer.start(model=model, layout=layout, runs=[run], x_train=x, y_train=y)
+    restart = fresh.train(round=2, global_vectors=glob, client_ids=[torch.tensor([0])])[0]
+    cont = session.train(round=2, global_vectors=glob, client_ids=[torch.tensor([0])])[0]
+    assert not torch.allclose(restart, cont)
+
+
+def _context(payloads, model):
+    layout = fl.ParamLayout.from_model(model)
+    m = payloads.shape[0]
+    return fl.RoundContext(round=1, client_ids=torch.arange(m), layout=layout, global_vector=payloads[0],
+                           generators=[generator(0, "pd", i) for i in range(m)], send="weights",
+                           num_samples=torch.ones(m))
+
+
+def test_layer_scaled_piecewise_is_unbiased_with_theorem1_variance():
+    """Algorithm 2 with a fixed scale t per tensor: E = w (clipped), Var = Eq. 6 = t^2 Var_PM(w / t)."""
+    model = _tiny_model()
+    layout = fl.ParamLayout.from_model(model)
+    w = layout.flatten(dict(model.named_parameters())).detach()
+    reps = 4000
+    payloads = w.expand(reps, -1).contiguous()
+    mech = P.LayerScaledPiecewise(epsilon=2.0, scaling="max_abs")
+    ctx = _context(payloads, model)
+    out = mech(payloads, context=ctx).double()
+    t = mech.scales(payloads, ctx)[0].double()
+    for s in layout.slices:  # the scale is the tensor's max |w|
+        assert torch.allclose(t[s], w[s].abs().max().double().expand(s.stop - s.start))
+    var = torch.stack([P.scaled_variance(w[i].double(), epsilon=2.0, scale=float(t[i])) for i in range(len(w))])
+    se = (var / reps).sqrt()
+    z = ((out.mean(0) - w.double()) / se).abs()
+    assert float(z.max()) < 5 + 1.0  # max over ~200 coordinates: allow the extreme-value margin
+    assert float(z.mean()) < 1.2     # the bulk: mean |z| of a standard normal is 0.80
+    emp = out.var(0)
+    assert float(((emp - var) / var).abs().mean()) < 0.1
+    # Eq. 6 is t^2 times PM's variance at w / t
+    wt = torch.tensor([0.3, -0.7])
+    assert torch.allclose(P.scaled_variance(wt, epsilon=8.0, scale=2.0),
+                          4.0 * Piecewise(epsilon=8.0).variance(wt / 2.0), rtol=1e-12)
+
+
+def test_paper_scaling_divides_by_the_max_and_refuses_a_non_positive_max():
+    model = _tiny_model()
+    layout = fl.ParamLayout.from_model(model)
+    w = layout.flatten(dict(model.named_parameters())).detach()[None]
+    ctx = _context(w, model)
+    t = P.LayerScaledPiecewise(epsilon=8.0).scales(w, ctx)[0]
+    for s in layout.slices:
+        assert torch.allclose(t[s], w[0, s].max().expand(s.stop - s.start))
+    with pytest.raises(ValueError, match="max"):
+        P.LayerScaledPiecewise(epsilon=8.0)(-w.abs(), context=ctx)
+    with pytest.raises(ValueError, match="epsilon"):
+        P.LayerScaledPiecewise(epsilon=float("nan"))
+    with pytest.raises(ValueError, match="scaling"):
+        P.LayerScaledPiecewise(epsilon=1.0, scaling="mean")
+
+
+def test_outside_unit_share_and_composition():
+    w = torch.tensor([0.5, -1.0, 0.2, -0.4])    # max 0.5: -1.0 / 0.5 = -2 is outside [-1, 1]
+    t = P.outside_unit_share([w])
+    assert t["outside [-1, 1] (%)"].iloc[0] == pytest.approx(25.0)
+    assert P.composed_epsilon(d=531_400, epsilon=8.0) == 4_251_200.0
+    assert P.composed_epsilon(d=10, epsilon=1.0, rounds=50) == 500.0
+
+
+def test_run_config_validation_and_names():
+    base = P.table2_run("mnist", 10, rounds=2, n_train=600)
+    assert {P.method_run(m, base=base).method for m in P.METHODS} == set(P.METHODS)
+    assert isinstance(base.privatizer(), P.LayerScaledPiecewise)
+    assert isinstance(P.table2_run("mnist", 10, scaling=None).privatizer(), fl.LocalPerturbation)
+    with pytest.raises(ValueError, match="input_transform"):
+        base.replace(input_transform="cubic")
+    with pytest.raises(ValueError, match="piecewise"):
+        base.replace(mechanism="two_point")
+    with pytest.raises(ValueError, match="dataset"):
+        P.table2_run("cifar10", 10)
+
+
+def test_table2_numbers_and_compare_without_runs():
+    assert len(P.REPORTED) == 24
+    got = {(r.where["dataset"], r.where["method"], r.where["n_clients"]): r.value for r in P.REPORTED}
+    assert got[("mnist", "pd_ldpfl", 5)] == 96.57 and got[("fashion_mnist", "fedavg", 50)] == 74.50
+    table = P.compare(pd.DataFrame())
+    assert len(table) == 24 and (table["ours (%)"] == "not run").all()
+    assert math.isnan(P.TABLE1.loc["none", "log"]) and P.TABLE1.loc["none", "none"] == 0.580
