@@ -572,8 +572,9 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     or aggregator returning the wrong shape or type, and a diverging run, raise with the round and names.
     History columns: run, round, accuracy (in [0, 1]), loss (mean cross-entropy), clients (sampled),
     clients_used (aggregated), epsilon_round / epsilon_total / delta / epsilon_unit (when the privatizer
-    states its guarantee), train_seconds and seconds (per run: the batch's time divided by the number of runs), and
-    the run's ``info``.
+    states its guarantee), train_seconds and seconds (per run: the batch's time divided by the number of runs), the
+    trainer session's own per-round metrics if it has ``metrics(run)`` (e.g. ``loss_variance`` of
+    :class:`ldptut.personal.PersonalizedLocalSGD`), and the run's ``info``.
     """
     from tqdm import tqdm  # plain text bar: works in terminals and notebooks without ipywidgets
 
