@@ -1,4 +1,11 @@
-"""Checking LDP-FL's claim that a client may choose its own weight range and stay ε-LDP.
+"""Attacks a server can run on what clients send, used by the chapters' claim checks:
+
+* LDP-FL's client-chosen range leaks through the two-point outputs (:func:`range_leak`, below);
+* PD-LDPFL's private scale t = max(θ) leaks through the Piecewise Mechanism's support
+  (:func:`recover_piecewise_scale`, :func:`piecewise_scale_leak`);
+* deep leakage from gradients, DLG (Zhu, Liu, Han, NeurIPS 2019): :func:`dlg_attack`.
+
+Checking LDP-FL's claim that a client may choose its own weight range and stay ε-LDP.
 
 LDP-FL (Sun, Qian, Chen, IJCAI 2021), Sec. 4, "Adaptive Range Setting": "clients may choose
 different c, r to bound their weights ... In such cases, LDP is still satisfied because the noise
@@ -18,14 +25,21 @@ nothing leaks. :func:`range_leak` runs both cases side by side.
 """
 from __future__ import annotations
 
+import math
 import numbers
-from typing import Any, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call
 
+from ._validate import delta as _check_delta
 from ._validate import epsilon as _check_epsilon
-from .mechanisms import TwoPoint, two_point_a
+from ._validate import pos_int as _check_pos_int
+from ._validate import real as _check_real
+from .mechanisms import Piecewise, TwoPoint, two_point_a
 
 __all__ = ["recover_two_point_range", "client_range", "range_leak"]
 
@@ -171,3 +185,333 @@ def range_leak(
             "rel_error": rel_error.cpu().numpy(),
         }
     )
+
+
+# ==== PD-LDPFL: the private scale of Algorithm 2 leaks through PM's support ========================
+# Wang, Yang, Wei (2024), PD-LDPFL, Algorithm 2 "DataPerturbation": t = max(θ), θ <- θ / t, the
+# Piecewise Mechanism (PM, Wang et al., ICDE 2019) with ε on every value, θ* = θ* · t. PM's output
+# on an input in [-1, 1] covers [-C, C], C = (e^{ε/2} + 1) / (e^{ε/2} - 1), with density at least
+# p_low = e^{-ε/2} / (2C) everywhere, so after the multiplication the reports fill [-C|t|, C|t|]
+# and their largest magnitude, divided by the public C, tends to the client's private scale |t|.
+
+__all__ += ["recover_piecewise_scale", "piecewise_scale_tolerance", "piecewise_scale_leak"]
+
+
+def recover_piecewise_scale(reports: Tensor, epsilon: float, *, dim: Optional[int] = -1) -> Tensor:
+    """The server's estimate of a client's private PM scale: t̂ = max_i |y_i| / C.
+
+    Reports y_i = t · T*_i of PD-LDPFL's Algorithm 2 (Wang, Yang, Wei 2024), T*_i the Piecewise
+    Mechanism's output on v_i = θ_i / t (clipped to [-1, 1]), lie in [-C|t|, C|t|] with
+    C = (e^{ε/2} + 1) / (e^{ε/2} - 1) (Wang et al., ICDE 2019, Sec. III-B), so t̂ <= |t| always.
+
+    Exact law (the n reports are independent): with F_v the CDF of T* on input v
+    (:meth:`~ldptut.mechanisms.Piecewise.cdf`), for s in [0, 1]
+
+        P(t̂ <= s |t|) = prod_i [F_{v_i}(sC) - F_{v_i}(-sC)].
+
+    PM's density is at least p_low = e^{-ε/2} / (2C) on all of [-C, C], so each factor is at most
+    1 - (1 - s) e^{-ε/2}: with x = 1 - t̂ / |t| the relative error,
+
+        P(x > a) <= (1 - a e^{-ε/2})^n <= exp(-n a e^{-ε/2}),
+        E[x] <= e^{ε/2} (1 - (1 - e^{-ε/2})^{n+1}) / (n + 1) <= e^{ε/2} / (n + 1),
+
+    with equality in the first line when every v_i = 0 and a <= (C + 1) / (2C) (the tails of
+    [-C, C] then lie in PM's low-density pieces). So with probability >= 1 - δ,
+    |t| ∈ [t̂, t̂ / (1 - a_δ)], a_δ = e^{ε/2} (1 - δ^{1/n}) <= e^{ε/2} ln(1/δ) / n
+    (:func:`piecewise_scale_tolerance`): a one-sided confidence interval of relative width
+    O(e^{ε/2} / n). Inputs at ±1 (the largest weight, v = 1 under t = max θ) only shrink x.
+
+    ``reports``: a floating-point tensor; ``dim``: the dimension holding one client's layer (default
+    the last; ``None``: all elements are one layer). Returns float64, shape of ``reports`` without
+    ``dim`` (0-d for one layer). The sign of t is not identifiable from the support: t̂ estimates |t|.
+    """
+    eps = _check_epsilon(epsilon)
+    if not isinstance(reports, Tensor):
+        raise ValueError(f"reports must be a torch.Tensor, got {type(reports).__name__}")
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, numbers.Integral)):
+        raise ValueError(f"dim must be None or an integer, got {dim!r}")
+    y = reports.detach().reshape(-1) if dim is None else reports.detach()
+    if y.ndim == 0:
+        raise ValueError("reports must have at least one dimension, got a 0-d tensor")
+    d = -1 if dim is None else int(dim)
+    if not -y.ndim <= d < y.ndim:
+        raise ValueError(f"dim must be in [-{y.ndim}, {y.ndim - 1}] for reports of shape {tuple(reports.shape)}, got {dim}")
+    y = _float_tensor(y.movedim(d, -1), "reports", min_last=1)
+    C = 1.0 / math.tanh(eps / 4.0)  # (e^{ε/2} + 1) / (e^{ε/2} - 1), as in Piecewise
+    return y.abs().amax(-1) / C
+
+
+def piecewise_scale_tolerance(*, n: int, epsilon: float, delta: float) -> float:
+    """a_δ = e^{ε/2} (1 - δ^{1/n}) (capped at 1): P(1 - t̂ / |t| > a_δ) <= δ for n PM reports.
+
+    From P(1 - t̂/|t| > a) <= (1 - a e^{-ε/2})^n (:func:`recover_piecewise_scale`), for every input
+    in [-1, 1]; a_δ <= e^{ε/2} ln(1/δ) / n.
+    """
+    n = _check_pos_int(n, "n")
+    eps = _check_epsilon(epsilon)
+    dl = _check_delta(delta)
+    # e^{ε/2} · (-expm1(ln δ / n)), without overflow for large ε
+    return min(1.0, math.exp(min(eps / 2.0, 700.0)) * -math.expm1(math.log(dl) / n))
+
+
+def _scale_perturb(w: Tensor, t: float, eps: float, generator: Optional[torch.Generator]) -> Tensor:
+    """Algorithm 2 of PD-LDPFL with scale t: PM(θ / t) · t, PM clipping θ / t to [-1, 1]."""
+    return Piecewise(epsilon=eps).privatize(w / t, generator) * t
+
+
+def piecewise_scale_leak(
+    weights_per_client: Any,
+    *,
+    epsilon: float,
+    public_bound: Optional[float],
+    generator: Optional[torch.Generator],
+):
+    """Does the server learn a client's private scale t = max(θ) from its PD-LDPFL reports?
+
+    Every client runs PD-LDPFL's Algorithm 2 (Wang, Yang, Wei 2024) on its weights θ (one layer,
+    as in the authors' code; the paper's text takes the maximum over the whole model): t = max(θ)
+    (``public_bound=None``) or the public t = ``public_bound`` (agreed before the round), θ / t,
+    the Piecewise Mechanism with ε per value, times t. The server computes
+    t̂ = max |report| / C (:func:`recover_piecewise_scale`).
+
+    As in the paper, t = max(θ), not max|θ|: when min(θ) < -max(θ), the values θ / t below -1 are
+    clipped to -1 by PM (:class:`~ldptut.mechanisms.Piecewise` clips its input), which biases those
+    weights towards -t (column ``clipped``: how many). If max(θ) < 0, θ / t >= 1 everywhere and all
+    values clip to 1 (the reports then estimate t, sign included, but t̂ recovers |t|); max(θ) = 0
+    divides by zero and raises ``ValueError``.
+
+    ``weights_per_client``: a (m, n) tensor (one client per row) or a list of m tensors (each
+    flattened; sizes may differ). Returns a ``pandas.DataFrame``, one row per client, columns
+    client, n, true_scale (the t used: max θ, or the public bound), true_max_abs (max|θ|),
+    recovered_scale (t̂), rel_error (1 - t̂ / |t|, in [0, 1); at most
+    :func:`piecewise_scale_tolerance` (n, ε, δ) with probability >= 1 - δ), clipped, and leaked
+    (the scale the server recovers was computed from the client's weights: True for every client
+    with ``public_bound=None``, False with a public bound, where t̂ estimates the public value).
+    """
+    import pandas as pd
+
+    eps = _check_epsilon(epsilon)
+    if public_bound is not None:
+        public_bound = _check_real(public_bound, "public_bound", positive=True)
+    if isinstance(weights_per_client, Tensor):
+        if weights_per_client.ndim != 2:
+            raise ValueError(f"weights_per_client must be a tensor of shape (m, n) or a list of tensors, got shape {tuple(weights_per_client.shape)}")
+        rows = list(weights_per_client.unbind(0))
+    elif isinstance(weights_per_client, (list, tuple)) and len(weights_per_client) > 0:
+        rows = list(weights_per_client)
+    else:
+        raise ValueError(f"weights_per_client must be a (m, n) tensor or a non-empty list of tensors, got {type(weights_per_client).__name__}")
+    out = {k: [] for k in ("client", "n", "true_scale", "true_max_abs", "recovered_scale", "rel_error", "clipped", "leaked")}
+    for i, w in enumerate(rows):
+        if not isinstance(w, Tensor):
+            raise ValueError(f"weights_per_client[{i}] must be a torch.Tensor, got {type(w).__name__}")
+        w = _float_tensor(w.detach().reshape(-1), f"weights_per_client[{i}]", min_last=1).to(w.dtype)
+        t = float(w.max()) if public_bound is None else public_bound
+        if t == 0.0:
+            raise ValueError(f"weights_per_client[{i}]: max(θ) = 0, so Algorithm 2's θ / max(θ) divides by zero")
+        v = w.double() / t
+        reports = _scale_perturb(w, t, eps, generator)
+        t_hat = float(recover_piecewise_scale(reports, eps))
+        out["client"].append(i)
+        out["n"].append(w.numel())
+        out["true_scale"].append(t)
+        out["true_max_abs"].append(float(w.abs().max()))
+        out["recovered_scale"].append(t_hat)
+        out["rel_error"].append(1.0 - t_hat / abs(t))
+        out["clipped"].append(int(((v < -1.0) | (v > 1.0)).sum()))
+        out["leaked"].append(public_bound is None)
+    return pd.DataFrame(out)
+
+
+# ==== DLG: Deep Leakage from Gradients (Zhu, Liu, Han, NeurIPS 2019) =============================
+# PD-LDPFL (Wang, Yang, Wei 2024, Sec. 4.2, Figs. 3-4) claims that parameter decoupling resists
+# DLG "naturally"; the functions below let a chapter rerun DLG against a gradient or a weight
+# difference (divided by the learning rate) with the model that actually produced it.
+
+__all__ += ["DLGResult", "observed_gradient", "dlg_attack", "dlg_mse"]
+
+
+@dataclass
+class DLGResult:
+    """What :func:`dlg_attack` returns: reconstructed ``inputs`` (batch_size, *input_shape), hard
+    ``labels`` (argmax of the soft labels), ``soft_labels`` (softmax of the dummy logits),
+    ``loss_history`` (the gradient distance after each L-BFGS step, as floats) and ``converged``
+    (False if the distance became NaN / inf; the last finite iterate is returned then)."""
+
+    inputs: Tensor
+    labels: Tensor
+    soft_labels: Tensor
+    loss_history: List[float]
+    converged: bool
+
+
+def _trainable(model: nn.Module) -> Dict[str, Tensor]:
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    if not params:
+        raise ValueError("model has no parameters that require grad")
+    return params
+
+
+def observed_gradient(model: nn.Module, x: Tensor, y: Tensor) -> Dict[str, Tensor]:
+    """The gradient the client would share: ∇_θ mean_i CE(model(x)_i, y_i), for the parameters that
+    require grad, keyed like ``model.named_parameters()`` (detached; the model is not modified).
+
+    ``x``: a batch of inputs; ``y``: integer class labels (batch,) or soft labels (batch, classes)
+    (the loss is then Σ_c -y_c log softmax(model(x))_c, averaged over the batch, as in DLG).
+    """
+    params = _trainable(model)
+    if not isinstance(x, Tensor) or not isinstance(y, Tensor):
+        raise ValueError("x and y must be torch.Tensors")
+    names = list(params)
+    leaves = {k: p.detach().requires_grad_(True) for k, p in params.items()}
+    buffers = dict(model.named_buffers())
+    logits = functional_call(model, {**buffers, **leaves}, (x,))
+    if y.dtype.is_floating_point:
+        loss = torch.sum(-y * F.log_softmax(logits, dim=-1), dim=-1).mean()
+    else:
+        loss = F.cross_entropy(logits, y)
+    grads = torch.autograd.grad(loss, [leaves[k] for k in names])
+    return {k: g.detach() for k, g in zip(names, grads)}
+
+
+def _as_target(target: Any, params: Dict[str, Tensor]) -> List[Tensor]:
+    """The target gradient as a list in ``params`` order (float, detached, checked)."""
+    if isinstance(target, Tensor):
+        total = sum(p.numel() for p in params.values())
+        if target.ndim != 1 or target.numel() != total:
+            raise ValueError(f"target: a flat tensor must have the model's {total} trainable parameters, got shape {tuple(target.shape)}")
+        parts, i = [], 0
+        for p in params.values():
+            parts.append(target[i:i + p.numel()].reshape(p.shape))
+            i += p.numel()
+    elif isinstance(target, dict):
+        missing = [k for k in params if k not in target]
+        extra = [k for k in target if k not in params]
+        if missing or extra:
+            raise ValueError(f"target: keys must be the model's trainable parameters; missing {missing}, unexpected {extra}")
+        parts = []
+        for k, p in params.items():
+            v = target[k]
+            if not isinstance(v, Tensor) or v.shape != p.shape:
+                raise ValueError(f"target[{k!r}] must be a tensor of shape {tuple(p.shape)}, got {getattr(v, 'shape', type(v).__name__)}")
+            parts.append(v)
+    else:
+        raise ValueError(f"target must be a dict of tensors or a flat tensor, got {type(target).__name__}")
+    out = []
+    for k, (v, p) in zip(params, zip(parts, params.values())):
+        if not v.dtype.is_floating_point or not bool(torch.isfinite(v).all()):
+            raise ValueError(f"target[{k!r}] must be a finite floating-point tensor")
+        out.append(v.detach().to(device=p.device, dtype=p.dtype))
+    return out
+
+
+def dlg_attack(
+    model: nn.Module,
+    target: Any,
+    *,
+    input_shape: Sequence[int],
+    num_classes: int,
+    batch_size: int = 1,
+    steps: int = 300,
+    lr: float = 1.0,
+    generator: Optional[torch.Generator],
+    device: Union[str, torch.device] = "cpu",
+    line_search_fn: Optional[str] = None,
+) -> DLGResult:
+    """Deep Leakage from Gradients (Zhu, Liu, Han, NeurIPS 2019, Algorithm 1).
+
+    Dummy inputs x' ~ N(0, 1) (batch_size, *input_shape) and dummy logits y' ~ N(0, 1)
+    (batch_size, num_classes), both drawn from ``generator``, are optimised with
+    ``torch.optim.LBFGS`` (learning rate ``lr``, ``steps`` calls of ``step``, 20 iterations each by
+    default, no line search, as in the authors' code; ``line_search_fn="strong_wolfe"`` is often
+    more robust with tanh / ReLU networks) to minimise DLG's objective
+
+        D(x', y') = || ∇_θ L(F(x'; θ), softmax(y')) - ∇W ||²,
+
+    L the soft-label cross-entropy Σ_c -p_c log softmax(F)_c averaged over the batch (what
+    :func:`observed_gradient` computes) and ∇W the observed ``target``: a dict keyed like the
+    model's trainable parameters or their flat concatenation (in ``named_parameters()`` order),
+    e.g. a shared gradient or a weight difference (θ_old - θ_new) / lr of one local SGD step.
+    θ are the weights of ``model`` as given (the attacker must use the model that produced the
+    gradient); the model is not modified (parameters enter via ``torch.func.functional_call``).
+    The model runs in the mode it is in (``model.eval()`` first if it has dropout or batch norm
+    and the client's gradient came from eval mode). ``generator``: a CPU generator (the dummies
+    are drawn on CPU, then moved to ``device``, which must hold the model). Returns a
+    :class:`DLGResult` (tensors on ``device``). Deterministic for a given generator state on CPU.
+    Stops early when L-BFGS makes no more progress (two equal distances in a row).
+    """
+    params = _trainable(model)
+    if not isinstance(input_shape, (tuple, list, torch.Size)) or len(input_shape) == 0:
+        raise ValueError(f"input_shape must be a non-empty sequence of positive integers, got {input_shape!r}")
+    shape = tuple(_check_pos_int(s, "input_shape entries") for s in input_shape)
+    num_classes = _check_pos_int(num_classes, "num_classes")
+    batch_size = _check_pos_int(batch_size, "batch_size")
+    steps = _check_pos_int(steps, "steps")
+    lr = _check_real(lr, "lr", positive=True)
+    if line_search_fn not in (None, "strong_wolfe"):
+        raise ValueError(f"line_search_fn must be None or 'strong_wolfe', got {line_search_fn!r}")
+    dev = torch.device(device)
+    if any(p.device.type != dev.type or (dev.index is not None and p.device.index != dev.index) for p in params.values()):
+        raise ValueError(f"device {dev} must be the device of the model's parameters")
+    goal = _as_target(target, params)
+    dtype = next(iter(params.values())).dtype
+    leaves = {k: p.detach().clone().requires_grad_(True) for k, p in params.items()}  # θ, fixed
+    buffers = dict(model.named_buffers())
+    names = list(leaves)
+
+    x = torch.randn((batch_size, *shape), generator=generator, dtype=dtype).to(dev).requires_grad_(True)
+    y = torch.randn((batch_size, num_classes), generator=generator, dtype=dtype).to(dev).requires_grad_(True)
+    opt = torch.optim.LBFGS([x, y], lr=lr, line_search_fn=line_search_fn)
+
+    def distance() -> Tensor:
+        logits = functional_call(model, {**buffers, **leaves}, (x,))
+        loss = torch.sum(-F.softmax(y, dim=-1) * F.log_softmax(logits, dim=-1), dim=-1).mean()
+        grads = torch.autograd.grad(loss, [leaves[k] for k in names], create_graph=True)
+        return sum(((g - t) ** 2).sum() for g, t in zip(grads, goal))
+
+    def closure() -> Tensor:
+        d = distance()
+        x.grad, y.grad = torch.autograd.grad(d, [x, y])  # not into θ: it stays fixed
+        return d.detach()
+
+    history: List[float] = []
+    last = (x.detach().clone(), y.detach().clone())  # the last iterate with a finite distance
+    converged = True
+    for _ in range(steps):
+        opt.step(closure)
+        with torch.enable_grad():
+            d = float(distance().detach())
+        if not math.isfinite(d):
+            converged = False
+            break
+        history.append(d)
+        last = (x.detach().clone(), y.detach().clone())
+        if len(history) >= 2 and history[-1] == history[-2]:
+            break  # L-BFGS made no progress (its own tolerances hit)
+    xs, ys = last
+    soft = F.softmax(ys, dim=-1)
+    return DLGResult(inputs=xs, labels=soft.argmax(-1), soft_labels=soft, loss_history=history, converged=converged)
+
+
+def dlg_mse(reconstructed: Tensor, true: Tensor) -> Tensor:
+    """Per-sample mean squared error between DLG's reconstruction and the true inputs (batch,).
+
+    DLG recovers a batch up to a permutation of its samples; for batch_size > 1 the samples are
+    matched to minimise the total error (Hungarian algorithm, ``scipy.optimize.linear_sum_assignment``)
+    and the errors are returned in the order of ``true``.
+    """
+    if not isinstance(reconstructed, Tensor) or not isinstance(true, Tensor):
+        raise ValueError("reconstructed and true must be torch.Tensors")
+    if reconstructed.shape != true.shape or reconstructed.ndim < 1:
+        raise ValueError(f"reconstructed {tuple(reconstructed.shape)} and true {tuple(true.shape)} must have one shape (batch, ...)")
+    a = reconstructed.detach().to(torch.float64).reshape(reconstructed.shape[0], -1).cpu()
+    b = true.detach().to(torch.float64).reshape(true.shape[0], -1).cpu()
+    cost = ((a.unsqueeze(0) - b.unsqueeze(1)) ** 2).mean(-1)  # cost[i, j]: true i vs reconstructed j
+    if cost.shape[0] == 1:
+        return cost[0]
+    from scipy.optimize import linear_sum_assignment
+
+    rows, cols = linear_sum_assignment(cost.numpy())
+    return cost[torch.as_tensor(rows), torch.as_tensor(cols)]
