@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_paper_cost.py
 	$(BIN)/python benchmarks/bench_corbin.py
 	$(BIN)/python benchmarks/bench_fedsel.py
+	$(BIN)/python benchmarks/bench_pd_ldpfl.py
 
 clean:
 	rm -rf _build .pytest_cache

@@ -105,22 +105,31 @@ class LayerScaledPiecewise:
 
     def scales(self, payloads: torch.Tensor, context: RoundContext) -> torch.Tensor:
         """t per client and coordinate, (m, d): the max (or max |w|) of the coordinate's tensor (or model)."""
+        t = self._per_tensor(payloads, context)
+        if self.scope == "model":
+            return t.expand_as(payloads)
+        return t[:, context.layout.layer_index(payloads.device)]
+
+    def _per_tensor(self, payloads: torch.Tensor, context: RoundContext) -> torch.Tensor:
+        """t per client and tensor, (m, tensors) (one column for scope "model")."""
         v = payloads.abs() if self.scaling == "max_abs" else payloads
         if self.scope == "model":
-            return v.amax(-1, keepdim=True).expand_as(payloads)
-        idx = context.layout.layer_index(payloads.device)
-        per_tensor = torch.stack([v[:, s].amax(-1) for s in context.layout.slices], dim=-1)  # (m, tensors)
-        return per_tensor[:, idx]
+            return v.amax(-1, keepdim=True)
+        return torch.stack([v[:, s].amax(-1) for s in context.layout.slices], dim=-1)
 
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
-        t = self.scales(payloads, context)
+        t = self._per_tensor(payloads, context)
         if not bool((t > 0).all()):
             raise ValueError("a tensor's max weight is <= 0: Algorithm 2 divides by it (use scaling='max_abs')")
-        unit = payloads / t
-        out = torch.empty_like(payloads)
-        for i, g in enumerate(context.generators):
-            out[i] = self._unit.privatize(unit[i], generator=g)
-        return out * t
+        slices = [slice(0, payloads.shape[-1])] if self.scope == "model" else list(context.layout.slices)
+        unit = payloads.clone()
+        for j, s in enumerate(slices):              # θ / t, one scalar per client and tensor (line 2)
+            unit[:, s] /= t[:, j:j + 1]
+        for i, g in enumerate(context.generators):  # PM on every value (lines 3-10), the client's own stream
+            unit[i] = self._unit.privatize(unit[i], generator=g)
+        for j, s in enumerate(slices):              # times t (line 11)
+            unit[:, s] *= t[:, j:j + 1]
+        return unit
 
     def guarantee(self, context: RoundContext) -> list[Guarantee]:
         from dataclasses import replace
