@@ -44,15 +44,18 @@ class LogisticRegression(nn.Module):
 
 
 class MLP(nn.Module):
-    """Fully connected ReLU network flatten(x) -> hidden... -> num_classes."""
+    """Fully connected network flatten(x) -> hidden... -> num_classes, ReLU (or ``activation``) between layers."""
 
     def __init__(self, *, input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (200,),
-                 bias: bool = True):
+                 bias: bool = True, activation: str = "relu"):
         super().__init__()
+        acts = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+        if activation not in acts:
+            raise ValueError(f"activation must be one of {sorted(acts)}, got {activation!r}")
         dims = [_flat_dim(input_shape), *hidden]
         layers: list[nn.Module] = [nn.Flatten()]
         for a, b in zip(dims[:-1], dims[1:]):
-            layers += [nn.Linear(a, b, bias=bias), nn.ReLU()]
+            layers += [nn.Linear(a, b, bias=bias), acts[activation]()]
         layers.append(nn.Linear(dims[-1], num_classes, bias=bias))
         self.net = nn.Sequential(*layers)
 

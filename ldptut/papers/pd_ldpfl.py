@@ -16,6 +16,7 @@ private and the reports reveal it: :func:`ldptut.attacks` check in the chapter).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Optional, Sequence
@@ -118,6 +119,15 @@ class LayerScaledPiecewise:
         return torch.stack([v[:, s].amax(-1) for s in context.layout.slices], dim=-1)
 
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        bad = ~torch.isfinite(payloads).all(-1)      # a client whose training blew up: its report stays NaN
+        if bool(bad.any()):
+            out = torch.full_like(payloads, float("nan"))
+            ok = (~bad).nonzero().flatten().tolist()
+            if ok:
+                sub = dataclasses.replace(context, client_ids=context.client_ids[ok],
+                                          generators=[context.generators[i] for i in ok])
+                out[ok] = self(payloads[ok], context=sub)
+            return out
         t = self._per_tensor(payloads, context)
         if not bool((t > 0).all()):
             raise ValueError("a tensor's max weight is <= 0: Algorithm 2 divides by it (use scaling='max_abs')")
@@ -181,6 +191,8 @@ class PdLdpflRun(FedAvgRun):
     n of a fixed shuffle (seed 0) of the training set (None: all)."""
 
     kind: ClassVar[str] = "pd_ldpfl"
+    #: a run whose model blows up (Table 1's "NAN" transforms) is a result: record it and stop
+    on_divergence: ClassVar[str] = "stop"
 
     input_transform: str = "affine"
     output_transform: str = "affine"
