@@ -18,6 +18,7 @@ a training: re-rendering a paper-scale page from stored runs can then never star
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -58,6 +59,17 @@ class RunRecord:
         return float(self.history["accuracy"].iloc[-1])
 
 
+def _nulls_to_nan(history: pd.DataFrame) -> pd.DataFrame:
+    """Columns of numbers and nulls (stored non-finite values) as float, the nulls NaN."""
+    def numeric(v: Any) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    for col in history.columns:
+        if history[col].dtype == object and history[col].map(numeric).all():
+            history[col] = history[col].astype(float)
+    return history
+
+
 def _read_record(path: Path) -> RunRecord:
     """The run record stored at ``path``; anything else is a :class:`RunCacheError` naming the file."""
     try:
@@ -73,7 +85,7 @@ def _read_record(path: Path) -> RunRecord:
         raise RunCacheError(f"{path} is a run record of format {found!r}, not {FORMAT}.{hint}")
     try:
         config = config_from_dict(doc["config"])
-        history = pd.DataFrame(doc["history"])
+        history = _nulls_to_nan(pd.DataFrame(doc["history"]))
         prov = dict(doc["provenance"])
     except (KeyError, TypeError, ValueError) as e:
         raise RunCacheError(f"{path} is a damaged run record ({type(e).__name__}: {e}); restore it from git or "
@@ -88,8 +100,12 @@ def _read_record(path: Path) -> RunRecord:
 
 def _write_record(path: Path, record: RunRecord) -> None:
     """Write ``record`` to a temporary file of this writer's own, then rename it to ``path`` (atomic)."""
+    # JSON has no NaN or infinity: a diverged run's non-finite values (accuracy NaN, loss inf) are stored as
+    # null and read back as NaN
+    history = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+               for row in record.history.to_dict(orient="records")]
     doc = {"format": FORMAT, "key": path.stem, "config": record.config.to_dict(), "provenance": record.provenance,
-           "history": record.history.to_dict(orient="records")}
+           "history": history}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
     try:

@@ -200,3 +200,25 @@ def test_format_1_records_migrate_to_typed_runs_without_retraining(tmp_path):
         ("no noise", "A"), ("all ε = 1", "A"), ("p", "A"), ("p", "B"), ("p", "C")]
     assert wus[0].provenance["seconds"] == 1.0 and wus[0].provenance["trained_together"] == 5
     assert migrate_v1(tmp_path) == (0, 0)  # format 2 already: nothing to do
+
+
+def test_a_diverged_run_with_non_finite_values_is_stored_and_read_back_as_nan(tmp_path):
+    """JSON has no NaN: a blown-up run's accuracy NaN and loss inf are stored as null and read back as NaN."""
+    import math
+
+    import pandas as pd
+
+    from ldptut.experiments import FedAvgRun
+    from ldptut.runcache import RunCache
+
+    cfg = FedAvgRun(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=2)
+    hist = pd.DataFrame({"round": [1, 2], "accuracy": [0.5, math.nan], "loss": [1.0, math.inf], "diverged": [False, True]})
+    cache = RunCache(tmp_path)
+    cache.store(cfg, hist, {"commit": "x"})
+    rec = RunCache(tmp_path).load(cfg)
+    assert rec.history["accuracy"].iloc[0] == 0.5 and math.isnan(rec.history["accuracy"].iloc[1])
+    assert math.isnan(rec.history["loss"].iloc[1]) and bool(rec.history["diverged"].iloc[1])
+    # a run that blew up in its first round: every value of the column was null
+    one = FedAvgRun(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=1)
+    cache.store(one, pd.DataFrame({"round": [1], "accuracy": [math.nan], "diverged": [True]}), {"commit": "x"})
+    assert math.isnan(RunCache(tmp_path).load(one).final_accuracy)
