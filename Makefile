@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ldptut-installed
 # Datasets the chapters' default runs read (converted once into data/).
-BOOK_DATASETS ?= mnist fashion_mnist
+BOOK_DATASETS ?= mnist fashion_mnist cifar10
 # Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
 CHAPTERS := $(filter-out book/runs/%,$(wildcard book/*.ipynb))
 
@@ -18,7 +18,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[book,test]'
+	$(BIN)/python -m pip install --quiet -e '.[book,test,sweep]'
 	touch $(STAMP)
 
 data: $(STAMP)
@@ -35,12 +35,13 @@ test: data
 # Paper-scale run of one chapter: papermill with book/params/<CHAPTER>[-<RUN>]-paper.yaml
 #   -> book/runs/<CHAPTER>[-<RUN>]-paper.ipynb   (RUN names a variant, e.g. a dataset: RUN=fmnist)
 # LOAD_ONLY=1 re-renders the page from the stored runs and fails instead of training a missing one.
+# DEVICE=cuda (or cpu, auto) overrides the chapter's device (default auto: CUDA when present).
 RUN_NAME = $(CHAPTER)$(if $(RUN),-$(RUN))
 reproduce: data
-	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> [RUN=<variant>] [LOAD_ONLY=1] (see book/params/)"; exit 2; }
+	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> [RUN=<variant>] [LOAD_ONLY=1] [DEVICE=cuda] (see book/params/)"; exit 2; }
 	@test -f book/params/$(RUN_NAME)-paper.yaml || { echo "no parameter file book/params/$(RUN_NAME)-paper.yaml"; exit 2; }
 	cd book && $(if $(LOAD_ONLY),LDPTUT_RUNS_LOAD_ONLY=1 )../$(BIN)/papermill $(CHAPTER).ipynb runs/$(RUN_NAME)-paper.ipynb -f params/$(RUN_NAME)-paper.yaml \
-		-k python3 --cwd . --request-save-on-cell-execute
+		$(if $(DEVICE),-p device $(DEVICE) )-k python3 --cwd . --request-save-on-cell-execute
 	$(BIN)/python -m ldptut.notebooks mark-paper-run book/runs/$(RUN_NAME)-paper.ipynb book/params/$(RUN_NAME)-paper.yaml
 
 bench: $(STAMP)

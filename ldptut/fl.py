@@ -573,7 +573,8 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     History columns: run, round, accuracy (in [0, 1]), loss (mean cross-entropy), clients (sampled),
     clients_used (aggregated), epsilon_round / epsilon_total / delta / epsilon_unit (when the privatizer
     states its guarantee), train_seconds and seconds (per run: the batch's time divided by the number of runs), the
-    trainer session's own per-round metrics if it has ``metrics(run)`` (e.g. ``loss_variance`` of
+    trainer session's own per-round metrics if it has ``metrics(run, *, global_vector, x_test, y_test)`` (called
+    with the run's new global model and the test set; e.g. ``loss_variance`` and ``personal_accuracy`` of
     :class:`ldptut.personal.PersonalizedLocalSGD`), and the run's ``info``.
     """
     from tqdm import tqdm  # plain text bar: works in terminals and notebooks without ipywidgets
@@ -595,8 +596,12 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     lr = getattr(config.trainer, "lr", None)
     # the run's other state the model needs for evaluation (BatchNorm running statistics), if the trainer keeps any
     load_state = getattr(session, "load_state", lambda m, a: m)
-    # the trainer's own per-round metrics of a run (e.g. the variance of its clients' local losses), if any
-    session_metrics = getattr(session, "metrics", lambda a: {})
+    # the trainer's own per-round metrics of a run (e.g. the variance of its clients' local losses, its clients'
+    # personal models on the test set), if any: metrics(run, global_vector=..., x_test=..., y_test=...)
+    _metrics = getattr(session, "metrics", None)
+
+    def session_metrics(a: int) -> dict:
+        return {} if _metrics is None else _metrics(a, global_vector=glob[a], x_test=x_test, y_test=y_test)
     rows = []
     bar = tqdm(range(1, config.rounds + 1), desc=config.desc, disable=not config.progress, leave=False, mininterval=2.0)
     stopped: set[int] = set()  # runs that diverged (on_divergence="stop")

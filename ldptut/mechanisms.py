@@ -628,7 +628,9 @@ class Piecewise(Mechanism):
         t* is clamped to [-C, C] against the rounding of q. ``w`` and ``u`` are overwritten.
         """
         c, r = self._range(w)
-        t = w.sub_(c).div_(r)
+        # the unit range [-1, 1] (the default): skip the two passes that would subtract 0 and divide by 1
+        unit = isinstance(c, float) and isinstance(r, float) and c == 0.0 and r == 1.0
+        t = w if unit else w.sub_(c).div_(r)
         d = u.sub_(torch.add(t, 1.0).mul_(self.q_out / 2.0))  # u - A(t)
         inner = d.clamp(0.0, self.q)  # mass drawn from [l(t), r(t)]
         outer = d.clamp(max=0.0).add_(d.sub_(self.q).clamp_(min=0.0))  # signed mass drawn from the outer pieces
@@ -637,7 +639,7 @@ class Piecewise(Mechanism):
         # uniforms' grid, and the largest finite factor (with the clamp) maps u = 0 to -C as it should
         inv_low = min(self._inv_p_low, torch.finfo(t_star.dtype).max)
         t_star.add_(inner, alpha=self._inv_p_high).add_(outer, alpha=inv_low).clamp_(-self.C, self.C)
-        return t_star.mul_(r).add_(c)
+        return t_star if unit else t_star.mul_(r).add_(c)
 
     def _t(self, x: Any) -> Tuple[Tensor, Param, Param]:
         xc = self.clip(x)

@@ -88,8 +88,12 @@ class PersonalizedLocalSGD:
     output_transform: str = "affine"
     a_init: float = 1.0
     b_init: float = 0.0
+    #: also report ``personal_accuracy`` every round (each trained client's extended model on the test set)
+    eval_personal: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.eval_personal, bool):
+            raise TypeError(f"eval_personal must be True or False, got {self.eval_personal!r}")
         pos_int(self.local_epochs, "local_epochs")
         pos_int(self.batch_size, "batch_size")
         one_of(self.input_transform, "input_transform", TRANSFORMS)
@@ -121,12 +125,34 @@ class _PersonalSession:
         self.personal: list[dict[int, dict[str, Tensor]]] = [{} for _ in runs]
         #: per run: the last round's mean local training loss of each sampled client
         self.losses: list[list[float]] = [[] for _ in runs]
+        #: per run: the clients that trained in the last round
+        self.trained: list[list[int]] = [[] for _ in runs]
 
-    def metrics(self, run: int) -> dict[str, float]:
+    def metrics(self, run: int, *, global_vector: Optional[Tensor] = None, x_test: Optional[Tensor] = None,
+                y_test: Optional[Tensor] = None) -> dict[str, float]:
         """For the engine's history: ``loss_variance``, the variance across the round's clients of their mean
-        local training loss (population variance; its sum over rounds is l_sum)."""
+        local training loss (population variance; its sum over rounds is l_sum); with ``eval_personal``,
+        ``personal_accuracy`` (in [0, 1]): the mean over the round's clients of the test accuracy of the client's
+        extended model T_out(base(T_in(x))) with the new global base ``global_vector`` and the client's transforms
+        (what the client would use after downloading it; Eq. 3)."""
         v = torch.tensor(self.losses[run], dtype=torch.float64)
-        return {"loss_variance": float(v.var(unbiased=False)) if len(v) > 1 else 0.0}
+        out = {"loss_variance": float(v.var(unbiased=False)) if len(v) > 1 else 0.0}
+        if self.spec.eval_personal:
+            if global_vector is None or x_test is None or y_test is None:
+                raise ValueError("eval_personal needs the engine's global_vector, x_test and y_test")
+            out["personal_accuracy"] = self.personal_accuracy(run, global_vector, x_test, y_test)
+        return out
+
+    @torch.no_grad()
+    def personal_accuracy(self, run: int, global_vector: Tensor, x_test: Tensor, y_test: Tensor) -> float:
+        """Mean test accuracy (in [0, 1]) of the extended models of the clients that trained in the last round,
+        on the base ``global_vector`` (NaN if the base is not finite)."""
+        from .fl import evaluate
+
+        if not torch.isfinite(global_vector).all() or not self.trained[run]:
+            return float("nan")
+        accs = [evaluate(self.client_model(run, i, global_vector), x_test, y_test)[0] for i in self.trained[run]]
+        return float(sum(accs) / len(accs))
 
     def extended(self, base_params: dict[str, Tensor], personal: Optional[dict[str, Tensor]] = None) -> Extended:
         """A fresh extended model: the base with ``base_params``, the transforms at ``personal`` (or their start)."""
@@ -154,7 +180,7 @@ class _PersonalSession:
         out = []
         for a, (run, glob, ids) in enumerate(zip(self.runs, global_vectors, client_ids)):
             params = self.layout.unflatten(glob)
-            rows, self.losses[a] = [], []
+            rows, self.losses[a], self.trained[a] = [], [], ids.tolist()
             for i in ids.tolist():
                 ext = self.extended(params, self.personal[a].get(i))
                 optim = self.spec.optimizer.torch_optimizer(ext.parameters())

@@ -68,15 +68,20 @@ def test_without_transforms_the_trainer_is_plain_fedavg():
     assert "loss_variance" in a.history and (a.history["loss_variance"] >= 0).all()
 
 
-def test_personal_transforms_persist_across_rounds_and_only_the_base_is_sent():
-    trainer = PersonalizedLocalSGD(batch_size=8, optimizer=OptimizerSpec(name="sgd", lr=0.1))
+def _session(trainer):
+    """A trainer session on the tiny data, three clients; (session, x, y, model, layout, run, global vector)."""
     x, y = _tiny_data()
     part = [torch.arange(i, 120, 3) for i in range(3)]
     model = _tiny_model()
     layout = fl.ParamLayout.from_model(model)
     run = fl.Run(seed=0, partition=part)
     session = trainer.start(model=model, layout=layout, runs=[run], x_train=x, y_train=y)
-    glob = layout.flatten(dict(model.named_parameters())).detach()[None]
+    return session, x, y, model, layout, run, layout.flatten(dict(model.named_parameters())).detach()[None]
+
+
+def test_personal_transforms_persist_across_rounds_and_only_the_base_is_sent():
+    trainer = PersonalizedLocalSGD(batch_size=8, optimizer=OptimizerSpec(name="sgd", lr=0.1))
+    session, x, y, model, layout, run, glob = _session(trainer)
     out1 = session.train(round=1, global_vectors=glob, client_ids=[torch.arange(3)])
     assert out1[0].shape == (3, layout.numel)            # the base's weights only
     after1 = {i: {k: v.clone() for k, v in s.items()} for i, s in session.personal[0].items()}
@@ -171,3 +176,64 @@ def test_table2_numbers_and_compare_without_runs():
     table = P.compare(pd.DataFrame())
     assert len(table) == 24 and (table["ours (%)"] == "not run").all()
     assert math.isnan(P.TABLE1.loc["none", "log"]) and P.TABLE1.loc["none", "none"] == 0.580
+
+
+def test_personal_accuracy_is_each_trained_clients_extended_model_on_the_test_set():
+    """eval_personal: the history's personal_accuracy equals the mean over the round's clients of their extended
+    models (final global base, their own transforms) evaluated by hand; off by default (no column)."""
+    opt = OptimizerSpec(name="sgd", lr=0.5)
+    assert "personal_accuracy" not in _simulate(PersonalizedLocalSGD(batch_size=8, optimizer=opt)).history
+    trainer = PersonalizedLocalSGD(batch_size=8, optimizer=opt, eval_personal=True)
+    session, x, y, model, layout, run, glob = _session(trainer)
+    sent = session.train(round=1, global_vectors=glob, client_ids=[torch.tensor([0, 2])])[0]
+    new = sent.mean(0)
+    got = session.metrics(0, global_vector=new, x_test=x, y_test=y)
+    want = []
+    for i in (0, 2):           # only the clients that trained this round
+        ext = session.client_model(0, i, new)
+        with torch.no_grad():
+            want.append(float((ext(x).argmax(1) == y).double().mean()))
+    assert got["personal_accuracy"] == pytest.approx(sum(want) / 2, abs=1e-12)
+    # the extended models are not the global base: their transforms moved during training
+    with torch.no_grad():
+        base_acc = float((fl.load_vector(_tiny_model(), layout, new)(x).argmax(1) == y).double().mean())
+    ext0 = session.client_model(0, 0, new)
+    assert not torch.equal(ext0.t_in.b.detach(), torch.zeros(1, 4, 4))
+    assert 0.0 <= base_acc <= 1.0
+    assert math.isnan(session.metrics(0, global_vector=torch.full_like(new, float("nan")), x_test=x,
+                                      y_test=y)["personal_accuracy"])
+    with pytest.raises(ValueError, match="eval_personal needs"):
+        session.metrics(0)
+    with pytest.raises(TypeError, match="eval_personal"):
+        PersonalizedLocalSGD(eval_personal="yes")
+    h = _simulate(trainer).history   # through the engine: one value per round, in [0, 1]
+    assert h["personal_accuracy"].between(0, 1).all() and len(h) == 2
+
+
+def test_table1_run_and_fig6_init_sweep_configs():
+    t1 = P.table1_run(n_clients=4, rounds=2, n_train=600)
+    assert (t1.dataset, t1.dirichlet_alpha, t1.lr, t1.epsilon, t1.n_clients, t1.rounds) == ("mnist", 0.05, 0.1, 8.0, 4, 2)
+    assert P.table1_run().rounds == 50 and P.table1_run().n_clients == 10
+    grid = P.init_sweep([0.0, 1.0], [-1.0, 0.0, 1.0], base=t1)
+    assert len(grid) == 6 and {e for e, _ in grid} == {"fig. 6"}
+    starts = {(c.a_init, c.b_init) for _, c in grid}
+    assert starts == {(a, b) for a in (0.0, 1.0) for b in (-1.0, 0.0, 1.0)}
+    assert all(c.method == "pd_ldpfl" and c.eval_personal for _, c in grid)
+    assert all(c.trainer().a_init == c.a_init and c.trainer().eval_personal for _, c in grid)
+    # eval_personal at its default is left out of the cache key: stored runs keep their keys
+    assert "eval_personal" not in t1.to_dict(defaults=False)
+    assert "eval_personal" in grid[0][1].to_dict(defaults=False)
+
+
+def test_a_zero_start_cuts_the_input_and_the_output_off():
+    """Fig. 6's first finding, exactly: with a = 0 at the start, T_in(x) = b for every x and T_out(z) = b, so the
+    extended model outputs the same logits for every input until a moves away from 0."""
+    base = _tiny_model()
+    ext = Extended(base, PersonalTransform(kind="affine", a_shape=(1, 1, 1), b_shape=(1, 4, 4), a_init=0.0, b_init=0.5),
+                   PersonalTransform(kind="affine", a_shape=(1,), b_shape=(4,), a_init=0.0, b_init=0.5))
+    out = ext(torch.rand(6, 1, 4, 4))
+    assert torch.equal(out, out[:1].expand_as(out))
+    loss = torch.nn.functional.cross_entropy(ext(torch.rand(6, 1, 4, 4)), torch.arange(6) % 4)
+    loss.backward()
+    assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in base.parameters())  # the base learns nothing
+    assert torch.count_nonzero(ext.t_out.a.grad) > 0   # but a itself gets a gradient and can leave 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Optional, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -29,13 +29,14 @@ from ..accounting import Guarantee
 from ..experiments import FedAvgRun
 from ..fl import FixedRange, LocalPerturbation, RoundContext
 from ..mechanisms import Piecewise
+from ..notebooks import P
 from ..personal import TRANSFORMS, PersonalizedLocalSGD
 from ..training import OptimizerSpec
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
-           "configs", "compare"]
+           "table1_run", "init_sweep", "fig8_runs", "configs", "PARAMETERS", "grid", "compare"]
 
 PAPER = Paper(
     key="pd_ldpfl",
@@ -57,6 +58,11 @@ SETTINGS = {
                "optimizer": "sgd", "transforms": ("affine", "affine")},
     "table1": {"dataset": "mnist", "dirichlet_alpha": 0.05, "clients": 10, "epsilon": 8.0, "rounds": 50, "lr": 0.1},
     "dlg": {"dirichlet_alpha": 5.0, "clients": 10, "rounds": 50, "lr": 0.1},
+    # Fig. 8 (Sec. 5.3): l_sum on CIFAR-10 with ResNet18 for four Dirichlet α "under several privacy budgets" (the
+    # text names only ε = 8; the others are read off a figure we cannot see: ours are a choice); the batch and
+    # local epochs are not stated (Table 2's, the authors' code, assumed).
+    "fig8": {"dataset": "cifar10", "model": "resnet18", "clients": 10, "lr": 0.05, "rounds": 50,
+             "dirichlet_alphas": (0.5, 1.0, 5.0, 100.0), "epsilons": (1.0, 2.0, 4.0, 8.0)},
 }
 
 _T2 = "test accuracy (%) of the global model, Table 2 (ε = 8 per weight, lr 0.05, 50 rounds, Dirichlet α = 1)"
@@ -142,9 +148,7 @@ class LayerScaledPiecewise:
         return unit
 
     def guarantee(self, context: RoundContext) -> list[Guarantee]:
-        from dataclasses import replace
-
-        g = replace(self._unit.guarantee, note="only if t were public: the client's own max scales it, and the "
+        g = dataclasses.replace(self._unit.guarantee, note="only if t were public: the client's own max scales it, and the "
                                                "reports reveal it (not LDP)")
         return [g] * len(context.client_ids)
 
@@ -201,6 +205,8 @@ class PdLdpflRun(FedAvgRun):
     scaling: Optional[str] = "max"
     scope: str = "tensor"
     n_train: Optional[int] = None
+    #: record ``personal_accuracy`` (the clients' extended models on the test set) every round
+    eval_personal: bool = False
 
     def __post_init__(self) -> None:
         one_of(self.input_transform, "input_transform", TRANSFORMS)
@@ -220,7 +226,7 @@ class PdLdpflRun(FedAvgRun):
         opt = OptimizerSpec(name=self.optimizer, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
         return PersonalizedLocalSGD(local_epochs=self.local_epochs, batch_size=self.batch_size, optimizer=opt,
                                     input_transform=self.input_transform, output_transform=self.output_transform,
-                                    a_init=self.a_init, b_init=self.b_init)
+                                    a_init=self.a_init, b_init=self.b_init, eval_personal=self.eval_personal)
 
     def privatizer(self):
         if self.mechanism is not None and self.scaling is not None:
@@ -266,12 +272,86 @@ def table2_run(dataset: str, n_clients: int, *, rounds: Optional[int] = None, n_
                       range=FixedRange(0.0, 1.0) if scaling else FixedRange(0.0, public_bound), n_train=n_train)
 
 
+def table1_run(*, n_clients: Optional[int] = None, rounds: Optional[int] = None, n_train: Optional[int] = None,
+               seed: int = 0, input_transform: str = "affine", output_transform: str = "affine") -> PdLdpflRun:
+    """Table 1's setting (Sec. 4.3.1, :data:`SETTINGS` "table1"): non-IID MNIST (Dirichlet 0.05), 10 clients, ε = 8
+    per weight per round, lr 0.1, 50 rounds (``n_clients`` / ``rounds`` / ``n_train`` overridable), the rest as
+    Table 2 (the authors' MLP, batch 64, one local epoch, Algorithm 2's scale)."""
+    s1 = SETTINGS["table1"]
+    return table2_run(s1["dataset"], n_clients or s1["clients"], rounds=rounds or s1["rounds"], n_train=n_train,
+                      seed=seed).replace(dirichlet_alpha=s1["dirichlet_alpha"], lr=s1["lr"],
+                                         input_transform=input_transform, output_transform=output_transform)
+
+
+def init_sweep(a_values: Sequence[float], b_values: Sequence[float], *, base: PdLdpflRun) -> list[tuple[str, PdLdpflRun]]:
+    """Fig. 6 (Sec. 4.3.2): PD-LDPFL (affine input and output transforms, both started at the same a and b) for
+    every a in ``a_values`` (the paper: in [0, 2]) and b in ``b_values`` (in [-1, 1]), on ``base`` (the paper:
+    Table 1's setting, :func:`table1_run`), recording the extended models' accuracy too."""
+    return [("fig. 6", base.replace(input_transform="affine", output_transform="affine", a_init=float(a),
+                                    b_init=float(b), eval_personal=True)) for a in a_values for b in b_values]
+
+
+def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Sequence[str] = ("fedavg", "privatefl",
+              "pd_ldpfl"), model: Optional[str] = None, n_clients: Optional[int] = None, rounds: Optional[int] = None,
+              n_train: Optional[int] = None, seed: int = 0) -> list[tuple[str, PdLdpflRun]]:
+    """Fig. 8 (Sec. 5.3): every method at every Dirichlet α and ε (per weight per round) on CIFAR-10, the rest
+    from :data:`SETTINGS` "fig8" (ResNet18, 10 clients, lr 0.05, 50 rounds; ``model`` etc. overridable), batch 64
+    and one local epoch as Table 2. The scale is Algorithm 2's t = max(θ) over the **whole model** (scope "model",
+    the paper's text): the per-layer reading of the authors' MLP code divides by zero on ResNet18, whose
+    normalisation shifts start at 0."""
+    s, t2 = SETTINGS["fig8"], SETTINGS["table2"]
+    out = []
+    for alpha in alphas:
+        for eps in epsilons:
+            base = PdLdpflRun(paper="pd_ldpfl", dataset=s["dataset"], model=model or s["model"],
+                              n_clients=n_clients or s["clients"], rounds=rounds or s["rounds"], seed=seed,
+                              partition="dirichlet", dirichlet_alpha=float(alpha), local_epochs=t2["local_epochs"],
+                              batch_size=t2["batch_size"], optimizer=t2["optimizer"], lr=s["lr"], mechanism="piecewise",
+                              epsilon=float(eps), scaling="max", scope="model", range=FixedRange(0.0, 1.0),
+                              n_train=n_train)
+            out += [("fig. 8", method_run(m, base=base)) for m in methods]
+    return out
+
+
 def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Sequence[int] = (5, 10, 25, 50),
             methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"), seeds: Sequence[int] = (0,),
             **kw: Any) -> list[tuple[str, PdLdpflRun]]:
     """Table 2's grid: every method, data set and number of clients (``kw`` to :func:`table2_run`)."""
     return [("table 2", method_run(m, base=table2_run(ds, n, seed=s, **kw)))
             for ds in datasets for n in clients for m in methods for s in seeds]
+
+
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: cell holds the defaults, ``book/params/pd_ldpfl*-paper.yaml`` the paper-scale values).
+PARAMETERS = {
+    "dataset": P.choice("mnist", "fashion_mnist"), "clients": P.list_of(P.pos_int), "rounds": P.pos_int,
+    "public_bound_clients": P.list_of(P.pos_int), "n_train": P.optional(P.pos_int), "seeds": P.list_of(P.nonneg_int),
+    "table1_clients": P.pos_int, "table1_rounds": P.pos_int, "table1_n_train": P.optional(P.pos_int),
+    "table1_transforms": P.list_of(P.choice(*TRANSFORMS)), "init_a": P.list_of(P.real), "init_b": P.list_of(P.real),
+    "cifar_model": P.choice("cnn_pool", "small_vgg", "resnet18"), "cifar_alphas": P.list_of(P.pos_float),
+    "cifar_epsilons": P.list_of(P.pos_float), "cifar_rounds": P.pos_int, "cifar_n_train": P.optional(P.pos_int),
+    "dlg_steps": P.pos_int, "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
+}
+
+
+def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
+    """The chapter's whole experiment grid from its parameters ``p`` (the notebook's parameter names, e.g. a
+    parameter file over the defaults): "table 2" (every method at ``clients``, and PD-LDPFL with the public bound
+    0.1 at ``public_bound_clients``), "table 1" (``table1_transforms`` squared at Table 1's setting), "fig. 6"
+    (``init_a`` x ``init_b``) and "fig. 8" (``cifar_alphas`` x ``cifar_epsilons``). The chapter and
+    ``python -m ldptut.sweep pd_ldpfl`` both build their runs here."""
+    seeds = list(p["seeds"])
+    out = configs(datasets=[p["dataset"]], clients=p["clients"], seeds=seeds, rounds=p["rounds"], n_train=p["n_train"])
+    out += [("table 2", method_run("pd_ldpfl", base=table2_run(p["dataset"], n, seed=s, rounds=p["rounds"],
+                                                              n_train=p["n_train"], scaling=None)))
+            for n in p["public_bound_clients"] for s in seeds]
+    t1 = table1_run(n_clients=p["table1_clients"], rounds=p["table1_rounds"], n_train=p["table1_n_train"])
+    out += [("table 1", t1.replace(input_transform=a, output_transform=b))
+            for a in p["table1_transforms"] for b in p["table1_transforms"]]
+    out += init_sweep(p["init_a"], p["init_b"], base=t1)
+    out += fig8_runs(alphas=p["cifar_alphas"], epsilons=p["cifar_epsilons"], model=p["cifar_model"],
+                     rounds=p["cifar_rounds"], n_train=p["cifar_n_train"], seed=seeds[0])
+    return out
 
 
 def compare(runs: pd.DataFrame) -> pd.DataFrame:
