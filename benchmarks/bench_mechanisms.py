@@ -1,8 +1,10 @@
-"""Throughput of ``privatize`` for each mechanism next to ``x.clone()`` (CPU, float32).
+"""Throughput of ``privatize`` for each mechanism next to ``x.clone()`` (float32, CPU or CUDA).
 
 Usage::
 
-    python benchmarks/bench_mechanisms.py [--numel 10000000] [--repeats 7] [--threads N]
+    python benchmarks/bench_mechanisms.py [--numel 10000000] [--repeats 7] [--threads N] [--device cpu|cuda|auto]
+
+On CUDA every timed call is followed by ``torch.cuda.synchronize()`` (kernels run asynchronously).
 
 Each repeat times ``x.clone()`` and then every mechanism once (interleaved, so a noisy neighbour
 affects all rows alike); after one warm-up round the table reports the best and median wall time,
@@ -25,12 +27,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ldptut.mechanisms import MECHANISMS, make_mechanism  # noqa: E402
+from ldptut.provenance import device_name  # noqa: E402
 from ldptut.rng import generator  # noqa: E402
 
 
-def _time(fn: Callable[[], object]) -> float:
+def _time(fn: Callable[[], object], sync: Callable[[], None]) -> float:
+    sync()
     t0 = time.perf_counter()
     fn()
+    sync()
     return time.perf_counter() - t0
 
 
@@ -41,20 +46,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto (CUDA when present)")
     args = ap.parse_args(argv)
+    from ldptut.devices import resolve_device
+
+    try:
+        dev = resolve_device(args.device)
+    except ValueError as e:
+        ap.error(str(e))
+    sync = torch.cuda.synchronize if torch.device(dev).type == "cuda" else (lambda: None)
     if args.numel < 1 or args.repeats < 1:
         ap.error("--numel and --repeats must be >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)
 
     n = args.numel
-    g0 = torch.Generator().manual_seed(args.seed)
-    x = torch.empty(n, dtype=torch.float32).uniform_(-1.5, 1.5, generator=g0)  # 1/3 outside [-1, 1]
-    bits = (torch.rand(n, generator=g0) < 0.5).to(torch.float32)
-    gen = generator(args.seed, "bench")
+    g0 = torch.Generator(device=dev).manual_seed(args.seed)
+    x = torch.empty(n, dtype=torch.float32, device=dev).uniform_(-1.5, 1.5, generator=g0)  # 1/3 outside [-1, 1]
+    bits = (torch.rand(n, generator=g0, device=dev) < 0.5).to(torch.float32)
+    gen = generator(args.seed, "bench", device=dev)
 
     cases: Dict[str, Callable[[], object]] = {"x.clone()": lambda: x.clone()}
-    cases["torch.rand (RNG alone)"] = lambda: torch.rand(n, generator=gen, dtype=torch.float32)
+    cases["torch.rand (RNG alone)"] = lambda: torch.rand(n, generator=gen, dtype=torch.float32, device=dev)
     extra = {"gaussian": {"delta": 1e-5}, "ldpsign": {"delta": 1e-5, "l2_sensitivity": 2.0}}  # their other parameters
     for name in MECHANISMS:
         mech = make_mechanism(name, epsilon=args.epsilon, **extra.get(name, {}))
@@ -64,14 +77,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     times: Dict[str, List[float]] = {k: [] for k in cases}
     for rep in range(args.repeats + 1):
         for k, fn in cases.items():
-            t = _time(fn)
+            t = _time(fn, sync)
             if rep > 0:  # repeat 0 is the warm-up
                 times[k].append(t)
 
     best_clone = min(times["x.clone()"])
     med_clone = statistics.median(times["x.clone()"])
     print(
-        f"torch {torch.__version__}, threads {torch.get_num_threads()}, numel {n:,} float32 CPU, "
+        f"{device_name(dev)}; torch {torch.__version__}, threads {torch.get_num_threads()}, numel {n:,} float32, "
         f"ε = {args.epsilon:g}, {args.repeats} repeats (+1 warm-up)"
     )
     header = f"{'mechanism':<24} {'best ms':>9} {'median ms':>10} {'Melem/s':>9} {'ratio best':>11} {'ratio median':>13}"

@@ -60,6 +60,15 @@ class P:
             _fail("a finite number" + (" > 0" if positive else ""))(v)
 
     @staticmethod
+    def device(v: Any) -> None:
+        """A torch device name: "auto" (CUDA when present, else the CPU), "cpu", "cuda", "cuda:N"."""
+        from .devices import resolve_device
+
+        if not isinstance(v, str):
+            _fail("a device name: 'auto', 'cpu', 'cuda' or 'cuda:N'")(v)
+        resolve_device(v)
+
+    @staticmethod
     def pos_float(v: Any) -> None:
         P.real(v, positive=True)
 
@@ -143,6 +152,13 @@ def mark_paper_run(notebook: str | Path, params: str | Path) -> None:
     """Insert (or replace) the header cell of a paper-scale run notebook: title, parameter file, date, machine."""
     notebook, params = Path(notebook), Path(params)
     nb = json.loads(notebook.read_text())
+    # what this page runs, for its title (the sidebar shows it): a "# page title: ..." line of the parameter
+    # file, else the variant in its name (<chapter>-<variant>-paper.yaml)
+    what = next((line.split(":", 1)[1].strip() for line in params.read_text().splitlines()
+                 if line.lower().startswith("# page title:")), None)
+    if what is None:
+        variant = params.name.removesuffix("-paper.yaml").split("-", 1)[1:]
+        what = variant[0] if variant else None
     title = "Paper-scale run"
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
@@ -151,6 +167,8 @@ def mark_paper_run(notebook: str | Path, params: str | Path) -> None:
                 title = src.splitlines()[0][2:].strip() + ": paper-scale run"
                 cell["source"] = "## " + src[2:]  # one page title only: demote the chapter title
                 break
+    if what:
+        title += f" ({what})"
     meta = nb.get("metadata", {}).get("papermill", {})
     seconds = meta.get("duration")
     header = [

@@ -9,16 +9,17 @@ and the round engine (:mod:`ldptut.fl`, Algorithm 1). Every ε here is **per wei
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
 from ..experiments import FedAvgRun
 from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
+from ..notebooks import P
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "chapter_run", "configs",
-           "compare"]
+           "PARAMETERS", "grid", "compare"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -130,6 +131,38 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     for f in fraction_grid:
         pair("fraction", base.replace(client_fraction=f))
     return [(e, c) for e, c in out if parts is None or e in parts]
+
+
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: cell holds the defaults, ``book/params/ldp_fl-*-paper.yaml`` the paper-scale values).
+PARAMETERS = {
+    "seed": P.nonneg_int, "seeds": P.list_of(P.nonneg_int), "headline_seeds": P.list_of(P.nonneg_int),
+    "dataset": P.choice("mnist", "fashion_mnist", "cifar10"), "model_name": P.choice("mlp", "cnn2", "small_vgg", "logreg"),
+    "n_clients": P.pos_int, "rounds": P.pos_int, "client_fraction": P.fraction, "local_epochs": P.pos_int,
+    "batch_size": P.pos_int, "lr": P.pos_float, "epsilons": P.list_of(P.pos_float),
+    "table1_epsilons": P.list_of(P.pos_float), "fixed_center": P.real, "fixed_radius": P.pos_float,
+    "adaptive_margin": P.pos_float, "sensitivity_epsilon": P.pos_float, "sensitivity_range": P.choice("fixed", "adaptive"),
+    "sensitivity_batch_sizes": P.list_of(P.pos_int), "sensitivity_local_epochs": P.list_of(P.pos_int),
+    "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
+    "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
+    "leak_clients": P.pos_int, "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
+    "device": P.device,
+}
+
+
+def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
+    """The chapter's whole experiment grid (:func:`configs`) from its parameters ``p`` (the notebook's names, e.g. a
+    parameter file over the defaults). The chapter and ``python -m ldptut.sweep ldp_fl`` both build their runs here."""
+    base = chapter_run(dataset=p["dataset"], model=p["model_name"], n_clients=p["n_clients"], rounds=p["rounds"],
+                       lr=p["lr"], client_fraction=p["client_fraction"], local_epochs=p["local_epochs"],
+                       batch_size=p["batch_size"], seed=p["seed"])
+    return configs(base, seeds=p["seeds"], headline_seeds=p["headline_seeds"],
+                   fixed=FixedRange(p["fixed_center"], p["fixed_radius"]),
+                   adaptive=GlobalModelRange(margin=p["adaptive_margin"]), epsilons=p["epsilons"],
+                   table1_epsilons=p["table1_epsilons"], sensitivity_epsilon=p["sensitivity_epsilon"],
+                   sensitivity_range=p["sensitivity_range"], sensitivity_batch_sizes=p["sensitivity_batch_sizes"],
+                   sensitivity_local_epochs=p["sensitivity_local_epochs"], clients_grid=p["clients_grid"],
+                   fraction_grid=p["fraction_grid"])
 
 
 def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
