@@ -61,12 +61,18 @@ class P:
 
     @staticmethod
     def device(v: Any) -> None:
-        """A torch device name: "auto" (CUDA when present, else the CPU), "cpu", "cuda", "cuda:N"."""
-        from .devices import resolve_device
-
+        """A torch device name: "auto" (CUDA when present, else the CPU), "cpu", "cuda", "cuda:N". Only the name is
+        checked here (a parameter file may name "cuda" for a GPU run); the chapter's ``resolve_device`` then
+        refuses "cuda" on a machine without one, saying so."""
         if not isinstance(v, str):
             _fail("a device name: 'auto', 'cpu', 'cuda' or 'cuda:N'")(v)
-        resolve_device(v)
+        if v != "auto":
+            try:
+                import torch
+
+                torch.device(v)
+            except RuntimeError:
+                _fail("a device name: 'auto', 'cpu', 'cuda' or 'cuda:N'")(v)
 
     @staticmethod
     def pos_float(v: Any) -> None:
