@@ -326,21 +326,28 @@ def _wu_final(gains_b, gains_c, experiment="iid digits"):
     return pd.DataFrame(rows)
 
 
-def test_wu_gains_are_paired_per_seed_and_compared_with_their_spread():
+def test_wu_gains_are_paired_per_seed_with_a_t_interval():
     t = P.compare(_wu_final(gains_b=[4.0, 6.0, 5.0], gains_c=[10.0, -10.0, 3.0])).set_index("quantity")
     assert t.loc["no-noise accuracy (%)", "ours"] == "81.0 ± 1.0"
     assert t.loc["no-noise accuracy (%)", "paper"] == 88.7
     assert t.loc["gain of B over A (points)", "ours"] == "+5.0 ± 1.0"
-    assert t.loc["gain of B over A (points)", "exceeds spread"] == "yes"
+    # paired t interval over 3 seeds: 5.0 ± t(0.975, 2) * 1.0 / sqrt(3) = 5.0 ± 2.48
+    assert t.loc["gain of B over A (points)", "paired 95 % CI"] == "[+2.5, +7.5]"
+    assert t.loc["gain of B over A (points)", "test"] == "gain"
     assert t.loc["gain of C over A (points)", "ours"] == "+1.0 ± 10.1"  # std of (10, -10, 3) = sqrt(103)
-    assert t.loc["gain of C over A (points)", "exceeds spread"] == "no"
+    assert t.loc["gain of C over A (points)", "test"] == "no evidence"
     one = P.compare(_wu_final([2.0], [3.0], experiment="noniid covertype")).set_index("quantity")
     assert one.loc["gain of B over A (points)", "paper"] == "none (no gain)"  # "does not obtain accuracy gains from
     # the weighted average method and the probability-based selection method" (Section 5.3.2)
     nd = P.compare(_wu_final([2.0], [3.0], experiment="noniid digits")).set_index("quantity")
     assert nd.loc["gain of B over A (points)", "paper"] == "not reported"
     assert one.loc["gain of C over A (points)", "paper"] == "none (no gain)"
-    assert one.loc["gain of C over A (points)", "exceeds spread"] == "1 seed"
+    assert one.loc["gain of C over A (points)", "paired 95 % CI"] == "1 seed"
+    assert one.loc["gain of C over A (points)", "test"] == ""
+    lo, hi = P.paired_t_interval(pd.Series([-4.0, -6.0, -5.0]))
+    assert hi < 0 and lo == pytest.approx(-5.0 - 4.302653 / 3 ** 0.5, abs=1e-5)   # t(0.975, 2) = 4.302653
+    assert P.compare(_wu_final(gains_b=[-4.0, -6.0, -5.0], gains_c=[0.0, 0.0, 0.0])).set_index("quantity").loc[
+        "gain of B over A (points)", "test"] == "loss"
     with pytest.raises(ValueError, match="no reported numbers"):
         P.compare(_wu_final([1.0], [1.0], experiment="iid mnist"))
     with pytest.raises(ValueError, match="lacks the columns"):

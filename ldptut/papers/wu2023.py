@@ -49,7 +49,8 @@ from . import Paper, Reported, mean_std
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "paper_gaussian_sigma",
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
-           "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds", "compare"]
+           "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
+           "paired_t_interval", "compare"]
 
 PAPER = Paper(
     key="wu2023",
@@ -562,14 +563,29 @@ def final_rounds(history: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------- paper vs ours
+def paired_t_interval(diffs: pd.Series, *, level: float = 0.95) -> Optional[tuple[float, float]]:
+    """Student's t confidence interval for the mean of paired differences (one per seed):
+    mean ± t_{(1 + level) / 2, n - 1} s / sqrt(n); None with fewer than two values."""
+    n = len(diffs)
+    if n < 2:
+        return None
+    from scipy.stats import t as _t
+
+    half = float(_t.ppf((1 + level) / 2, n - 1)) * float(diffs.std(ddof=1)) / math.sqrt(n)
+    m = float(diffs.mean())
+    return m - half, m + half
+
+
 def compare(final: pd.DataFrame) -> pd.DataFrame:
     """Wu et al.'s reported no-noise accuracy and gains of B and C over A next to ours, per experiment.
 
     ``final``: the last round of every run (columns experiment "iid digits" etc., kind, profile,
     aggregation, seed, accuracy in [0, 1]). The paper does not say how it averages a gain over
     profiles; ours is the **paired** difference B - A (C - A) of runs with the same seed and profile,
-    averaged over the profiles, then mean ± sample std over seeds. "exceeds spread" is "yes" when
-    |mean| > std (needs at least two seeds, else "1 seed"). Rows follow :data:`EXPERIMENTS`.
+    averaged over the profiles, then mean ± sample std over seeds; "paired 95 % CI" is the t interval of that
+    mean over seeds (:func:`paired_t_interval`; "1 seed" when there is one) and "test" says whether it excludes 0
+    ("gain" / "loss") or not ("no evidence"). The paper's gains are read as percentage points (the paper writes
+    "5.57 %"; read as relative to A they would be smaller). Rows follow :data:`EXPERIMENTS`.
     """
     need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
     if not need <= set(final.columns):
@@ -584,7 +600,7 @@ def compare(final: pd.DataFrame) -> pd.DataFrame:
         f = final[final["experiment"] == key]
         nn = 100 * f[f["profile"] == "no noise"]["accuracy"]
         rows.append({"experiment": key, "quantity": "no-noise accuracy (%)", "paper": rep["no_noise"].value,
-                     "ours": mean_std(nn, count=False), "exceeds spread": ""})
+                     "ours": mean_std(nn, count=False), "paired 95 % CI": "", "test": ""})
         pers = f[f["kind"] == "personalized"].pivot_table(index=["profile", "seed"], columns="aggregation",
                                                            values="accuracy")
         for agg in ("B", "C"):
@@ -592,12 +608,14 @@ def compare(final: pd.DataFrame) -> pd.DataFrame:
             claim = "not reported" if stated is None else ("none (no gain)" if stated.value is None else stated.value)
             if agg not in pers or "A" not in pers:
                 rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
-                             "ours": "not run", "exceeds spread": ""})
+                             "ours": "not run", "paired 95 % CI": "", "test": ""})
                 continue
             gain = 100 * (pers[agg] - pers["A"]).groupby("seed").mean()  # averaged over profiles, per seed
-            spread = "1 seed" if len(gain) < 2 else ("yes" if abs(gain.mean()) > gain.std() else "no")
+            ci = paired_t_interval(gain)
             rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
-                         "ours": mean_std(gain, fmt="+.1f", count=False), "exceeds spread": spread})
+                         "ours": mean_std(gain, fmt="+.1f", count=False),
+                         "paired 95 % CI": "1 seed" if ci is None else f"[{ci[0]:+.1f}, {ci[1]:+.1f}]",
+                         "test": "" if ci is None else ("gain" if ci[0] > 0 else "loss" if ci[1] < 0 else "no evidence")})
     return pd.DataFrame(rows)
 
 
