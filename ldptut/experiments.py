@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Hashable, Iterable, Optional, Sequence
@@ -25,7 +24,7 @@ from ._validate import one_of
 from .fl import FixedRange, FLConfig, FLResult, GlobalModelRange, LocalPerturbation, Run, simulate
 from .mechanisms import MECHANISMS
 from .runcache import RunCache, RunRecord, records_table
-from .runconfig import RunConfig
+from .runconfig import RunConfig, group_indices
 from .training import LocalSGD, OptimizerSpec
 
 __all__ = ["FedAvgRun", "Runner"]
@@ -166,9 +165,7 @@ class Runner:
         """The records of ``configs`` in order: stored ones loaded, the others trained, one group at a time."""
         configs = list(configs)
         out: dict[int, RunRecord] = {}
-        order = sorted(range(len(configs)), key=lambda i: repr(configs[i].group_key()))
-        for _, members in itertools.groupby(order, key=lambda i: repr(configs[i].group_key())):
-            idx = list(members)
+        for idx in group_indices(configs):
             group = [configs[i] for i in idx]
             cls = type(group[0])
             recs = self.cache.run_many(group, lambda todo: cls.train_group(todo, runner=self), device=self.device)

@@ -64,15 +64,11 @@ class P:
         """A torch device name: "auto" (CUDA when present, else the CPU), "cpu", "cuda", "cuda:N". Only the name is
         checked here (a parameter file may name "cuda" for a GPU run); the chapter's ``resolve_device`` then
         refuses "cuda" on a machine without one, saying so."""
+        from .devices import check_device_name
+
         if not isinstance(v, str):
             _fail("a device name: 'auto', 'cpu', 'cuda' or 'cuda:N'")(v)
-        if v != "auto":
-            try:
-                import torch
-
-                torch.device(v)
-            except RuntimeError:
-                _fail("a device name: 'auto', 'cpu', 'cuda' or 'cuda:N'")(v)
+        check_device_name(v)
 
     @staticmethod
     def pos_float(v: Any) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import numbers
@@ -25,7 +26,7 @@ import types
 import typing
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-__all__ = ["RunConfig", "config_from_dict", "config_value", "config_key"]
+__all__ = ["RunConfig", "config_from_dict", "config_value", "config_key", "group_indices"]
 
 _KINDS: dict[str, type["RunConfig"]] = {}
 _VALUES: dict[str, type] = {}
@@ -214,3 +215,10 @@ def config_from_dict(doc: Mapping[str, Any]) -> RunConfig:
     if unknown:
         raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
     return cls(**{k: v for k, v in doc.items() if k != "kind"})
+
+
+def group_indices(configs: Sequence["RunConfig"]) -> list[list[int]]:
+    """Indices of ``configs`` grouped by :meth:`RunConfig.group_key` (runs trained together), groups in the order
+    of their keys' repr, indices in input order within a group."""
+    order = sorted(range(len(configs)), key=lambda i: repr(configs[i].group_key()))
+    return [list(g) for _, g in itertools.groupby(order, key=lambda i: repr(configs[i].group_key()))]

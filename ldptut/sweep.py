@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import importlib
-import itertools
 import json
 import sys
 import time
@@ -30,7 +28,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .devices import resolve_device
 from .runcache import RunCache
-from .runconfig import RunConfig
+from .runconfig import RunConfig, group_indices
 
 __all__ = ["notebook_parameters", "chapter_parameters", "chapter_grid", "pending_groups", "SweepReport", "run_sweep",
            "main"]
@@ -106,9 +104,7 @@ def pending_groups(configs: Sequence[RunConfig], cache: RunCache) -> tuple[list[
             continue
         seen.add(c.key())
         (done if cache.load(c) is not None else todo).append(c)
-    todo.sort(key=lambda c: repr(c.group_key()))
-    groups = [list(g) for _, g in itertools.groupby(todo, key=lambda c: repr(c.group_key()))]
-    return groups, done
+    return [[todo[i] for i in idx] for idx in group_indices(todo)], done
 
 
 # ------------------------------------------------------------------------------------ the sweep

@@ -263,8 +263,15 @@ def table2_run(dataset: str, n_clients: int, *, rounds: Optional[int] = None, n_
                seed: int = 0, scaling: Optional[str] = "max", public_bound: float = 0.1) -> PdLdpflRun:
     """PD-LDPFL at Table 2's settings (:data:`SETTINGS`), ``rounds`` / ``n_train`` overridable; ``scaling`` None
     uses the public bound [-public_bound, public_bound] instead of Algorithm 2's scale."""
+    one_of(dataset, "dataset", SETTINGS["table2"]["datasets"])
+    return _table2_like(dataset, n_clients, rounds=rounds, n_train=n_train, seed=seed, scaling=scaling,
+                        public_bound=public_bound)
+
+
+def _table2_like(dataset: str, n_clients: int, *, rounds: Optional[int], n_train: Optional[int], seed: int,
+                 scaling: Optional[str], public_bound: float = 0.1) -> PdLdpflRun:
+    """Table 2's run on any data set (the other experiments start from it and change what they change)."""
     s = SETTINGS["table2"]
-    one_of(dataset, "dataset", s["datasets"])
     return PdLdpflRun(paper="pd_ldpfl", dataset=dataset, model=s["model"], n_clients=n_clients,
                       rounds=rounds or s["rounds"], seed=seed, partition="dirichlet", dirichlet_alpha=s["dirichlet_alpha"],
                       local_epochs=s["local_epochs"], batch_size=s["batch_size"], optimizer=s["optimizer"], lr=s["lr"],
@@ -299,18 +306,11 @@ def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Se
     and one local epoch as Table 2. The scale is Algorithm 2's t = max(θ) over the **whole model** (scope "model",
     the paper's text): the per-layer reading of the authors' MLP code divides by zero on ResNet18, whose
     normalisation shifts start at 0."""
-    s, t2 = SETTINGS["fig8"], SETTINGS["table2"]
-    out = []
-    for alpha in alphas:
-        for eps in epsilons:
-            base = PdLdpflRun(paper="pd_ldpfl", dataset=s["dataset"], model=model or s["model"],
-                              n_clients=n_clients or s["clients"], rounds=rounds or s["rounds"], seed=seed,
-                              partition="dirichlet", dirichlet_alpha=float(alpha), local_epochs=t2["local_epochs"],
-                              batch_size=t2["batch_size"], optimizer=t2["optimizer"], lr=s["lr"], mechanism="piecewise",
-                              epsilon=float(eps), scaling="max", scope="model", range=FixedRange(0.0, 1.0),
-                              n_train=n_train)
-            out += [("fig. 8", method_run(m, base=base)) for m in methods]
-    return out
+    s = SETTINGS["fig8"]
+    start = _table2_like(s["dataset"], n_clients or s["clients"], rounds=rounds or s["rounds"], n_train=n_train,
+                         seed=seed, scaling="max").replace(model=model or s["model"], lr=s["lr"], scope="model")
+    return [("fig. 8", method_run(m, base=start.replace(dirichlet_alpha=float(alpha), epsilon=float(eps))))
+            for alpha in alphas for eps in epsilons for m in methods]
 
 
 def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Sequence[int] = (5, 10, 25, 50),
