@@ -12,10 +12,16 @@ throughput in Melem/s and the ratio throughput(mechanism) / throughput(clone) (b
 median-to-median). ``clone`` is the floor for any out-of-place elementwise op: one read, one write
 of a fresh tensor. The mechanisms also draw one uniform per element from a ``torch.Generator``
 (Mersenne Twister, single-threaded on CPU), which is timed separately as ``torch.rand``.
+
+On CUDA, TwoPoint, Laplace, Piecewise, Hybrid and randomized response run as one fused Triton kernel
+(``ldptut.kernels``: one read, Philox uniforms in registers, one write); each of them gets a second row,
+"(torch path)", timed with the kernel switched off (``LDPTUT_FUSED=0``), and the kernel's generator alone is
+timed as "philox uniforms (kernel)".
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -26,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ldptut import kernels  # noqa: E402
 from ldptut.mechanisms import MECHANISMS, make_mechanism  # noqa: E402
 from ldptut.provenance import device_name  # noqa: E402
 from ldptut.rng import generator  # noqa: E402
@@ -37,6 +44,15 @@ def _time(fn: Callable[[], object], sync: Callable[[], None]) -> float:
     fn()
     sync()
     return time.perf_counter() - t0
+
+
+def _torch_path(fn: Callable[[], object]) -> object:
+    """Run ``fn`` with the fused CUDA kernels switched off (``LDPTUT_FUSED=0``)."""
+    os.environ["LDPTUT_FUSED"] = "0"
+    try:
+        return fn()
+    finally:
+        del os.environ["LDPTUT_FUSED"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -69,10 +85,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     cases: Dict[str, Callable[[], object]] = {"x.clone()": lambda: x.clone()}
     cases["torch.rand (RNG alone)"] = lambda: torch.rand(n, generator=gen, dtype=torch.float32, device=dev)
     extra = {"gaussian": {"delta": 1e-5}, "ldpsign": {"delta": 1e-5, "l2_sensitivity": 2.0}}  # their other parameters
+    fused = torch.device(dev).type == "cuda" and kernels.enabled()
+    if fused:  # the fused kernel's own generator (Philox, counter-based)
+        seeds = kernels.seeds_from([gen], dev)
+        cases["philox uniforms (kernel)"] = lambda: kernels.uniforms(seeds, n)
     for name in MECHANISMS:
         mech = make_mechanism(name, epsilon=args.epsilon, **extra.get(name, {}))
         inp = bits if name == "randomized_response" else x
         cases[name] = (lambda m=mech, i=inp: m.privatize(i, gen))
+        if fused and kernels.usable(mech, inp):  # the same mechanism by the torch path, for comparison
+            cases[f"{name} (torch path)"] = (lambda m=mech, i=inp: _torch_path(lambda: m.privatize(i, gen)))
 
     times: Dict[str, List[float]] = {k: [] for k in cases}
     for rep in range(args.repeats + 1):

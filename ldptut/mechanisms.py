@@ -126,6 +126,13 @@ def _full(v: Param, shape: torch.Size, like: Tensor) -> Tensor:
     return torch.full(shape, v, dtype=torch.float64, device=like.device)
 
 
+def _fused_usable(mech: Any, x: Tensor) -> bool:
+    """Whether ``x`` (a CUDA tensor) goes through the fused kernel of :mod:`ldptut.kernels`."""
+    from . import kernels
+
+    return kernels.usable(mech, x)
+
+
 # ---- base class -----------------------------------------------------------------------------------
 class Mechanism:
     """Base class: ε-LDP local randomizer for one scalar report per coordinate.
@@ -203,6 +210,11 @@ class Mechanism:
         raise NotImplementedError
 
     # ---- sampler -----------------------------------------------------------------------------
+    def _check_range_shape(self, x: Tensor) -> None:
+        for name, p in (("center", self._center), ("radius", self._radius)):
+            if isinstance(p, Tensor) and not _broadcasts_to(p.shape, x.shape):
+                raise ValueError(f"{name} of shape {tuple(p.shape)} does not broadcast to x of shape {tuple(x.shape)}")
+
     def _clipped_input(self, x: Any) -> Tensor:
         """Check ``x`` (a finite floating-point tensor the range broadcasts to) and return it clipped,
         as a fresh tensor in the compute dtype (x's dtype; float32 for float16 / bfloat16)."""
@@ -210,9 +222,7 @@ class Mechanism:
         if not x.dtype.is_floating_point:
             raise TypeError(f"x must be a floating-point tensor for {type(self).__name__}, got {x.dtype}")
         _check_finite(x)
-        for name, p in (("center", self._center), ("radius", self._radius)):
-            if isinstance(p, Tensor) and not _broadcasts_to(p.shape, x.shape):
-                raise ValueError(f"{name} of shape {tuple(p.shape)} does not broadcast to x of shape {tuple(x.shape)}")
+        self._check_range_shape(x)
         w = x.detach().to(x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32)
         c, r = self._range(w)
         return torch.clamp(w, c - r, c + r)
@@ -222,8 +232,15 @@ class Mechanism:
 
         ``x`` is clipped to ``[center - radius, center + radius]`` first (the guarantee holds for the
         clipped value); NaN / inf raise ``ValueError``. One uniform per element is drawn from
-        ``generator`` and mapped to the report by the subclass's ``_sample`` (its formula).
+        ``generator`` and mapped to the report by the subclass's ``_sample`` (its formula). On CUDA the same
+        formula runs as one fused Triton kernel with Philox uniforms keyed by a seed drawn from ``generator``
+        (:mod:`ldptut.kernels`; other numbers than ``torch.rand``'s, the same law).
         """
+        if isinstance(x, Tensor) and x.is_cuda and _fused_usable(self, x):
+            from . import kernels
+
+            self._check_range_shape(x)
+            return kernels.privatize(self, x, generator)
         w = self._clipped_input(x)
         u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
         return _to_input_dtype(self._sample(w, u), x.dtype, self)
@@ -264,6 +281,10 @@ class RandomizedResponse(Mechanism):
             raise TypeError("x must be a real tensor")
         if x.dtype.is_floating_point:
             _check_finite(x)
+        if x.is_cuda and _fused_usable(self, x):
+            from . import kernels
+
+            return kernels.privatize(self, x, generator)
         not_bit = (x != 0) & (x != 1)
         if bool(not_bit.any()):
             raise ValueError(f"x must contain only 0 and 1 for RandomizedResponse, got {x[not_bit][0].item()}")

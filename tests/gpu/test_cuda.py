@@ -54,3 +54,36 @@ def test_vmap_and_sequential_local_training_agree_on_cuda():
         out[vec] = fl.simulate(cfg, [fl.Run(seed=0, partition=part)], model=model, x_train=x, y_train=y,
                                x_test=x, y_test=y).weights
     assert torch.allclose(out[True], out[False], atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("cls", [TwoPoint, Laplace, Piecewise, Hybrid])
+def test_cuda_privatize_takes_the_fused_kernel_and_the_torch_path_keeps_the_law(cls, monkeypatch):
+    """On CUDA privatize() is the fused kernel (its reports equal kernels.privatize with a seed from the same
+    generator); with LDPTUT_FUSED=0 it is the torch path, other numbers, the same law."""
+    from ldptut import kernels
+
+    mech = cls(epsilon=1.0)
+    x = GRID.to("cuda").expand(N, -1).contiguous()
+    fused = mech.privatize(x, generator(5, "fused", device="cuda"))
+    assert torch.equal(fused, kernels.privatize(mech, x, generator(5, "fused", device="cuda")))
+    monkeypatch.setenv("LDPTUT_FUSED", "0")
+    plain = mech.privatize(x, generator(5, "fused", device="cuda"))
+    assert not torch.equal(fused, plain)
+    mean, var = mech.mean(GRID).double(), mech.variance(GRID).double()
+    for y in (fused, plain):
+        z = (y.double().cpu().mean(0) - mean) / (var / N).sqrt()
+        assert (z.abs() <= 4).all(), z
+
+
+def test_local_perturbation_perturbs_all_clients_in_one_call_on_cuda():
+    """The batched (clients x d) kernel gives each client the reports that its own privatize() call would."""
+    from ldptut.fl import FixedRange, LocalPerturbation, RoundContext
+
+    payloads = torch.randn(6, 10_000, device="cuda")
+    ctx = RoundContext(round=0, client_ids=torch.arange(6), layout=None, global_vector=torch.zeros(10_000, device="cuda"),
+                       generators=[generator(0, "lp", i, device="cuda") for i in range(6)], send="weights",
+                       num_samples=torch.ones(6))
+    out = LocalPerturbation(mechanism=Piecewise, epsilon=2.0, range=FixedRange(0.0, 0.5))(payloads, context=ctx)
+    mech = Piecewise(epsilon=2.0, center=0.0, radius=0.5)
+    for i in range(6):
+        assert torch.equal(out[i], mech.privatize(payloads[i], generator(0, "lp", i, device="cuda")))
