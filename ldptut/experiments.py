@@ -21,13 +21,17 @@ from . import data as _data
 from . import models as _models
 from . import partition as _partition
 from ._validate import one_of
-from .fl import FixedRange, FLConfig, FLResult, GlobalModelRange, LocalPerturbation, Run, simulate
+from .fl import ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, LocalPerturbation, Run, simulate
 from .mechanisms import MECHANISMS
+from .provenance import numerics_flag
 from .runcache import RunCache, RunRecord, records_table
 from .runconfig import RunConfig, group_indices
 from .training import LocalSGD, OptimizerSpec
 
-__all__ = ["FedAvgRun", "Runner"]
+__all__ = ["FedAvgRun", "Runner", "CLIP_ONLY"]
+
+#: ``FedAvgRun.mechanism`` of the clipping-only ablation (clip to the range, no noise; not private).
+CLIP_ONLY = "clip"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +40,9 @@ class FedAvgRun(RunConfig):
 
     ``mechanism``: a name of :data:`ldptut.mechanisms.MECHANISMS` (e.g. "two_point") or None (non-private);
     ``epsilon`` is then per coordinate per round and ``range`` the clipping range rule (:class:`FixedRange`
-    or :class:`GlobalModelRange`). ``partition``: "iid" (equal shards) or "dirichlet" (label skew with
+    or :class:`GlobalModelRange`). ``mechanism="clip"`` (with a ``range``, no ``epsilon``) is the ablation that
+    clips to the range and adds no noise (:class:`~ldptut.fl.ClipToRange`; not private). ``train_eval``: also
+    record training accuracy each round (:class:`~ldptut.fl.FLConfig`; left out of the cache key when False). ``partition``: "iid" (equal shards) or "dirichlet" (label skew with
     ``dirichlet_alpha``). Local training: ``local_epochs`` passes at ``batch_size`` with ``optimizer``.
     """
 
@@ -58,13 +64,19 @@ class FedAvgRun(RunConfig):
     mechanism: Optional[str] = None
     epsilon: Optional[float] = None
     range: Optional[FixedRange | GlobalModelRange] = None
+    train_eval: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self.partition, "partition", ("iid", "dirichlet"))
         if (self.partition == "dirichlet") != (self.dirichlet_alpha is not None):
             raise ValueError("dirichlet_alpha is needed exactly when partition='dirichlet'")
-        if self.mechanism is not None:
+        if not isinstance(self.train_eval, bool):
+            raise ValueError(f"train_eval must be True or False, got {self.train_eval!r}")
+        if self.mechanism == CLIP_ONLY:
+            if self.range is None or self.epsilon is not None:
+                raise ValueError(f"mechanism={CLIP_ONLY!r} (clipping, no noise) needs a range and no epsilon")
+        elif self.mechanism is not None:
             one_of(self.mechanism, "mechanism", sorted(MECHANISMS))
             if self.epsilon is None or self.range is None:
                 raise ValueError(f"mechanism={self.mechanism!r} needs epsilon and range")
@@ -75,10 +87,13 @@ class FedAvgRun(RunConfig):
         FLConfig(rounds=self.rounds, client_fraction=self.client_fraction, send=self.send)
 
     # ---- pieces of the simulator call -----------------------------------------------------------
-    def privatizer(self) -> Optional[LocalPerturbation]:
-        """The clients' :class:`~ldptut.fl.LocalPerturbation`, or None for a non-private run."""
+    def privatizer(self) -> Optional[LocalPerturbation | ClipToRange]:
+        """The clients' :class:`~ldptut.fl.LocalPerturbation` (:class:`~ldptut.fl.ClipToRange` for "clip"), or None
+        for a non-private run."""
         if self.mechanism is None:
             return None
+        if self.mechanism == CLIP_ONLY:
+            return ClipToRange(range=self.range)
         return LocalPerturbation(mechanism=MECHANISMS[self.mechanism], epsilon=self.epsilon, range=self.range)
 
     def trainer(self, *, vectorize: bool | str = "auto", client_chunk: Optional[int] = None) -> LocalSGD:
@@ -114,7 +129,7 @@ class FedAvgRun(RunConfig):
                   privatizer=self.privatizer() if privatizer is None else privatizer, aggregator=self.server_rule())
         config = FLConfig(rounds=self.rounds, trainer=self.trainer(vectorize=vectorize),
                           client_fraction=self.client_fraction, send=self.send, device=device, progress=progress,
-                          desc=desc or self.label(), on_divergence=self.on_divergence)
+                          desc=desc or self.label(), on_divergence=self.on_divergence, train_eval=self.train_eval)
         return simulate(config, [run], model=self.build_model(ds), x_train=ds.x_train, y_train=ds.y_train,
                         x_test=ds.x_test, y_test=ds.y_test)
 
@@ -132,6 +147,8 @@ class FedAvgRun(RunConfig):
             return f"non-private, seed {self.seed}"
         rng = (f"fixed ({self.range.center:g}, {self.range.radius:g})" if isinstance(self.range, FixedRange)
                else f"adaptive (margin {self.range.margin:g})")
+        if self.mechanism == CLIP_ONLY:
+            return f"clipped to {rng}, no noise (not private), seed {self.seed}"
         return f"{self.mechanism} ε={self.epsilon:g} per coordinate per round, {rng}, seed {self.seed}"
 
 
@@ -218,10 +235,12 @@ class Runner:
     def provenance(self) -> pd.DataFrame:
         """Every recorded run: its experiment, the configuration fields that differ between the recorded runs
         (seed always), where it came from (stored in the cache or trained in this execution), the commit and
-        date of its training, the device and its minutes of training."""
+        date of its training, the device and its minutes of training, and ``code``: "current", or "older code" for a
+        run trained by older numerics (:data:`ldptut.provenance.NUMERICS`; such a run would be re-trained
+        differently now)."""
         t = self.table()
         if t.empty:
-            return pd.DataFrame(columns=["experiment", "seed", "source", "commit", "trained", "device", "minutes"])
+            return pd.DataFrame(columns=["experiment", "seed", "source", "commit", "trained", "device", "minutes", "code"])
         fields = [k for k in t["config"].iloc[0].to_dict() if k in t and k != "kind"]
         varying = [k for k in fields if k == "seed" or t[k].astype(str).nunique(dropna=False) > 1]
         out = t[["experiment"] + varying].copy()
@@ -230,4 +249,5 @@ class Runner:
         out["trained"] = t["date"].fillna("").str[:10]
         out["device"] = t["device"]
         out["minutes"] = (t["seconds"].astype(float) / 60).round(1)
+        out["code"] = t["numerics"].map(numerics_flag) if "numerics" in t else numerics_flag(None)
         return out

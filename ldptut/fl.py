@@ -48,7 +48,7 @@ from .training import LocalSGD, OptimizerSpec, Trainer, batch_schedule
 
 __all__ = [
     "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange", "RANGE_RULES",
-    "LocalPerturbation", "PairedPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS",
+    "LocalPerturbation", "ClipToRange", "PairedPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS",
     "make_aggregator", "sample_clients", "evaluate", "load_vector", "Run", "FLConfig", "FLResult", "simulate",
     "run_fedavg", "train_centralised",
 ]
@@ -236,6 +236,31 @@ class LocalPerturbation:
         return f"LocalPerturbation({self.mechanism.__name__}, epsilon={self.epsilon}, range={self.range})"
 
 
+class ClipToRange:
+    """Clip each client's vector to a range and send it without noise: **not private** (no guarantee).
+
+    The ablation that separates clipping from noise (e.g. LDP-FL's fixed range with the two-point mechanism
+    removed): the server receives exactly what :class:`LocalPerturbation` clips, unperturbed.
+    """
+
+    def __init__(self, *, range: Callable[[RoundContext], tuple] = FixedRange()):
+        self.range = range
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        center, radius = self.range(context)
+        lo, hi = center - radius, center + radius
+        if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+            lo, hi = (torch.as_tensor(v, dtype=payloads.dtype, device=payloads.device) for v in (lo, hi))
+        return torch.clamp(payloads, lo, hi)
+
+    def guarantee(self, context: RoundContext) -> list[None]:
+        """No privacy: None for every client (the engine records the run as unprotected)."""
+        return [None] * len(context.client_ids)
+
+    def __repr__(self) -> str:
+        return f"ClipToRange(range={self.range})"
+
+
 class PairedPerturbation:
     """Clip to a range and perturb with LDP-FL's two-point mechanism, the sampled clients paired at random
     each round and each pair negatively correlated (CoQ-FL / CorBin-FL, Algorithm 1).
@@ -406,6 +431,11 @@ class Run:
 class FLConfig:
     """The round loop's settings (shared by every run of a batch).
 
+    ``train_eval``: also record training accuracy each round (papers such as LDP-FL plot it): ``train_accuracy`` /
+    ``train_loss``, the new global model on the whole training set (``x_train``), and ``client_train_accuracy``, the
+    round's clients' local models (after local training, before any perturbation) each on its own data, averaged
+    with weights the clients' sample counts.
+
     ``divergence_factor``: a run diverges when its test loss has risen three rounds in a row to more than
     this factor times its smallest value so far (``None``: never), or when the loss or the weights stop
     being finite. ``on_divergence``: "raise" (``FloatingPointError`` naming the round) or "stop": the run's
@@ -424,9 +454,12 @@ class FLConfig:
     on_divergence: str = "raise"
     progress: bool = True
     desc: str = "FL rounds"
+    train_eval: bool = False
 
     def __post_init__(self) -> None:
         pos_int(self.rounds, "rounds")
+        if not isinstance(self.train_eval, bool):
+            raise ValueError(f"train_eval must be True or False, got {self.train_eval!r}")
         fraction(self.client_fraction, "client_fraction")
         one_of(self.send, "send", ("weights", "updates"))
         pos_int(self.eval_batch_size, "eval_batch_size")
@@ -571,6 +604,19 @@ def _diverged(losses: list[float], factor: Optional[float]) -> bool:
     return a < b < c < d and d > factor * min(losses)
 
 
+def _clients_accuracy(model: nn.Module, layout: ParamLayout, local: torch.Tensor, parts: Sequence[torch.Tensor],
+                      x_train: torch.Tensor, y_train: torch.Tensor, batch_size: int) -> float:
+    """Sample-weighted mean accuracy of each client's local model (row i of ``local``) on its own data ``parts[i]``:
+    the training accuracy the clients themselves would report."""
+    correct = total = 0
+    for vec, idx in zip(local, parts):
+        idx = idx.to(x_train.device)
+        acc, _ = evaluate(load_vector(model, layout, vec), x_train[idx], y_train[idx], batch_size=batch_size)
+        correct += acc * len(idx)
+        total += len(idx)
+    return correct / total if total else math.nan
+
+
 def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train: torch.Tensor,
              y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor) -> FLResult:
     """Train every run of ``runs`` for ``config.rounds`` rounds (see the module docstring) and evaluate each
@@ -619,6 +665,9 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
         ids = [sample_clients(n_clients, config.client_fraction, seed=run.seed, round=r) for run in runs]
         trained = session.train(round=r, global_vectors=glob, client_ids=ids)
         new, stats = [], []
+        local_acc = ([_clients_accuracy(model, layout, trained[a], [run.partition[i] for i in ids[a].tolist()], x_train,
+                                        y_train, config.eval_batch_size) for a, run in enumerate(runs)]
+                     if config.train_eval else None)
         for a, run in enumerate(runs):
             payloads = trained[a] - glob[a] if config.send == "updates" else trained[a]
             cids = ids[a].to(device)
@@ -659,6 +708,11 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             m, metrics, spent = stats[a]
             row = {"run": a, "round": r, "accuracy": acc, "loss": loss, "clients": m,
                    "clients_used": int(metrics.get("clients_used", m))}
+            if config.train_eval:
+                train_acc, train_loss = (math.nan, math.inf) if diverged and math.isnan(acc) else evaluate(
+                    load_state(load_vector(model, layout, glob[a]), a), x_train, y_train,
+                    batch_size=config.eval_batch_size)
+                row.update(train_accuracy=train_acc, train_loss=train_loss, client_train_accuracy=local_acc[a])
             if spent is not None:
                 total = accountants[a].worst_total()
                 row.update(epsilon_round=spent.epsilon, epsilon_total=total.epsilon, delta=total.delta,

@@ -15,7 +15,22 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["package_commit", "cpu_model", "cpu_capability", "device_name", "machine_summary", "provenance"]
+__all__ = ["NUMERICS", "numerics_flag", "package_commit", "cpu_model", "cpu_capability", "device_name", "machine_summary", "provenance"]
+
+
+#: Version of the package's numerics: what the numbers of a stored configuration depend on (random streams, local
+#: training, aggregation, evaluation). Bump it in a change that alters the numbers a stored run would give again
+#: (``tests/test_stored_runs.py`` re-trains one stored run per chapter and fails on such a change). Every new record
+#: keeps the version it was trained with; records without one are version 1. Pages flag older records
+#: (:func:`numerics_flag`, in :meth:`ldptut.experiments.Runner.provenance`): their run cache key is the
+#: configuration, so they are still loaded, and the flag says they would be re-trained differently now.
+NUMERICS = 1
+
+
+def numerics_flag(version: Any) -> str:
+    """"current", or "older code (numerics v<n>, now v<NUMERICS>)" for a record trained by older numerics."""
+    v = 1 if version is None or (isinstance(version, float) and version != version) else int(version)
+    return "current" if v == NUMERICS else f"older code (numerics v{v}, now v{NUMERICS})"
 
 
 def package_commit() -> str:
@@ -68,9 +83,10 @@ def machine_summary() -> str:
 
 
 def provenance(*, device: Any = "cpu", seconds: Optional[float] = None) -> dict:
-    """The provenance of a result computed now: commit, UTC date, device, torch version, wall seconds."""
+    """The provenance of a result computed now: commit, UTC date, device, torch version, :data:`NUMERICS`, wall
+    seconds."""
     out = {"commit": package_commit(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "device": device_name(device), "torch": torch.__version__}
+           "device": device_name(device), "torch": torch.__version__, "numerics": NUMERICS}
     if seconds is not None:
         out["seconds"] = round(float(seconds), 3)
     return out

@@ -212,7 +212,7 @@ def records_table(records: Iterable[RunRecord]) -> pd.DataFrame:
     """One row per run: its configuration's fields (``range`` as the rule's name), the ``config`` object
     itself, ``accuracy`` (final test accuracy in %; NaN if the run's weights blew up), ``diverged`` (the run
     was stopped as diverging, ``FLConfig(on_divergence="stop")``) and ``last_round``, provenance (commit,
-    date, device, torch, seconds), ``source`` ("stored" or "trained"), ``key`` and ``cache`` (the record's
+    date, device, torch, seconds, numerics: :data:`ldptut.provenance.NUMERICS` of its training), ``source`` ("stored" or "trained"), ``key`` and ``cache`` (the record's
     directory)."""
     rows = []
     for rec in records:
@@ -224,7 +224,7 @@ def records_table(records: Iterable[RunRecord]) -> pd.DataFrame:
         rows.append({**flat, "config": rec.config, "accuracy": 100 * rec.final_accuracy, "diverged": diverged,
                      "last_round": int(h["round"].iloc[-1]) if len(h) else 0,
                      "commit": prov.get("commit"), "date": prov.get("date"), "device": prov.get("device"),
-                     "torch": prov.get("torch"), "seconds": prov.get("seconds"),
+                     "torch": prov.get("torch"), "seconds": prov.get("seconds"), "numerics": prov.get("numerics", 1),
                      "source": "stored" if rec.loaded else "trained", "key": rec.config.key(),
                      "cache": rec.path.parent.as_posix() if rec.path is not None else None})
     return pd.DataFrame(rows)

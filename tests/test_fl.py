@@ -427,3 +427,49 @@ def test_batchnorm_running_statistics_are_the_clients_average_and_are_used_for_e
     torch.testing.assert_close(res.model[1].running_mean, s.buffers[0]["1.running_mean"])
     acc, _ = fl.evaluate(res.model, data["x_test"], data["y_test"])
     assert acc == res.history["accuracy"].iloc[-1]
+
+
+# ---- training accuracy and the clipping-only ablation ---------------------------------------------
+def test_train_eval_records_training_accuracy_without_changing_the_run():
+    """train_eval adds the global model's accuracy on the whole training set and the clients' local models' on
+    their own data; it draws nothing, so the test accuracies and weights are those of the run without it."""
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.FixedRange(0.0, 0.5))
+    plain = _simulate([dict(seed=1, privatizer=priv)], client_fraction=0.5)
+    both = _simulate([dict(seed=1, privatizer=priv)], client_fraction=0.5, train_eval=True)
+    assert torch.equal(plain.weights, both.weights)
+    assert plain.history["accuracy"].tolist() == both.history["accuracy"].tolist()
+    assert "train_accuracy" not in plain.history
+    # recompute the last round by hand: the global model on all 1,200 training points
+    data = _toy()
+    model = both.model
+    acc, loss = fl.evaluate(model, data["x_train"], data["y_train"])
+    last = both.history.iloc[-1]
+    assert last["train_accuracy"] == pytest.approx(acc) and last["train_loss"] == pytest.approx(loss, rel=1e-5)
+    assert 0 <= last["client_train_accuracy"] <= 1
+
+
+def test_client_train_accuracy_is_the_local_models_on_their_own_data():
+    """At lr 1e-12 the local models are the global one (to float rounding), so their sample-weighted accuracy on their
+    own data is the global model's accuracy on the union of the round's clients' data."""
+    data = _toy()
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+    cfg = fl.FLConfig(rounds=1, trainer=LocalSGD(batch_size=32, optimizer=OptimizerSpec(lr=1e-12)), progress=False,
+                      client_fraction=0.5, train_eval=True)
+    parts = data.pop("partition")
+    res = fl.simulate(cfg, [fl.Run(seed=4, partition=parts)], model=model, **data)
+    ids = fl.sample_clients(len(parts), 0.5, seed=4, round=1)
+    union = torch.cat([parts[i] for i in ids.tolist()])
+    acc, _ = fl.evaluate(model, data["x_train"][union], data["y_train"][union])
+    assert res.history["client_train_accuracy"].iloc[0] == pytest.approx(acc)
+
+
+def test_clip_to_range_clips_without_noise_and_claims_no_privacy():
+    clip = fl.ClipToRange(range=fl.FixedRange(0.0, 0.075))
+    ctx = fl.RoundContext(round=1, client_ids=torch.arange(2), layout=None, global_vector=None,
+                          generators=[generator(0, "a"), generator(0, "b")], send="weights", num_samples=torch.ones(2))
+    x = torch.tensor([[-1.0, 0.01, 0.2], [0.0, -0.05, 0.075]])
+    assert torch.equal(clip(x, context=ctx), torch.tensor([[-0.075, 0.01, 0.075], [0.0, -0.05, 0.075]]))
+    assert clip.guarantee(ctx) == [None, None]
+    res = _simulate([dict(seed=1, privatizer=clip)])
+    assert "epsilon_total" not in res.history  # the engine records the run as unprotected
+    assert res.weights.abs().max() <= 0.075 + 1e-7

@@ -111,3 +111,37 @@ def test_runner_records_a_small_grid_and_reuses_shared_runs():
     assert "n_clients" not in prov  # the same for every run: not a column
     h = records[1].history
     assert (h["epsilon_round"] == 2.0 * 650).all()  # logreg on 8x8 digits: d = 10 x 65 weights, 2 per weight
+
+
+def test_steps_runs_record_training_accuracy_and_clip_without_noise():
+    """The "steps" experiment: non-private, private and clipping-only runs with training accuracy; the clip-only run
+    is the non-private run with the weights clipped (so at a range wider than every weight it is that run)."""
+    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    grid = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 100.0), adaptive=ADAPTIVE, sensitivity_epsilon=2.0,
+                          steps_rounds=3, parts=["steps"])
+    assert [(c.mechanism, c.rounds, c.train_eval) for _, c in grid] == [
+        (None, 3, True), ("two_point", 3, True), ("clip", 3, True)]
+    assert "train_eval" not in base.to_dict(defaults=False)  # off by default: stored keys unchanged
+    runner = Runner(None, progress=False)
+    recs = runner.record_all(grid)
+    nonpriv, _, clip = (r.history for r in recs)
+    assert nonpriv["accuracy"].tolist() == clip["accuracy"].tolist()  # nothing clipped at r = 100
+    t = ldp_fl.steps_table(recs, rounds=2)
+    assert t["round"].tolist() == [2, 3] * 3 and (t["seeds"] == 1).all()
+    assert t.loc[t["run"] == "non-private", "train (global model, all training data)"].tolist() == [
+        round(100 * nonpriv.set_index("round").loc[r, "train_accuracy"], 1) for r in (2, 3)]
+    # compare() leaves the steps runs out (they repeat or extend the grid's trainings)
+    rows = pd.DataFrame([_run(seed=0, accuracy=85.0), _run(seed=1, accuracy=99.0, train_eval=True)])
+    head = ldp_fl.compare(rows).set_index("claim").loc["mnist ε=1 n=100 fixed (0, 0.075)"]
+    assert head["ours (%)"] == "85.0 (1 seed)"
+
+
+def test_clip_only_runs_take_a_range_and_no_epsilon():
+    base = ldp_fl.chapter_run(dataset="mnist", model="mlp", n_clients=10, rounds=1, lr=0.1)
+    assert base.replace(mechanism="clip", range=FIXED_MNIST).label().startswith("clipped to fixed (0, 0.075), no noise")
+    with pytest.raises(ValueError, match="needs a range and no epsilon"):
+        base.replace(mechanism="clip", range=FIXED_MNIST, epsilon=1.0)
+    with pytest.raises(ValueError, match="needs a range and no epsilon"):
+        base.replace(mechanism="clip")
+    with pytest.raises(ValueError, match="train_eval"):
+        base.replace(train_eval="yes")

@@ -222,3 +222,25 @@ def test_a_diverged_run_with_non_finite_values_is_stored_and_read_back_as_nan(tm
     one = FedAvgRun(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=1)
     cache.store(one, pd.DataFrame({"round": [1], "accuracy": [math.nan], "diverged": [True]}), {"commit": "x"})
     assert math.isnan(RunCache(tmp_path).load(one).final_accuracy)
+
+
+def test_records_keep_their_numerics_version_and_pages_flag_older_ones(tmp_path, monkeypatch):
+    """A record keeps the numerics version it was trained with (records without one are version 1); after a bump,
+    the runner still loads it (same key) and its provenance table marks it "older code"."""
+    from ldptut import provenance
+    from ldptut.experiments import Runner
+
+    cache = RunCache(tmp_path)
+    rec = cache.run(_cfg(), lambda: _history(0.9))
+    assert rec.provenance["numerics"] == provenance.NUMERICS
+    assert load_runs(tmp_path)["numerics"].tolist() == [provenance.NUMERICS]
+    runner = Runner(tmp_path, progress=False)
+    runner.record("grid", _cfg())
+    assert runner.provenance()["code"].tolist() == ["current"]
+    monkeypatch.setattr(provenance, "NUMERICS", provenance.NUMERICS + 1)
+    later = Runner(tmp_path, progress=False)
+    later.record("grid", _cfg())  # loaded, not re-trained (its key is the configuration)
+    assert later.table()["source"].tolist() == ["stored"]
+    assert later.provenance()["code"].tolist() == [f"older code (numerics v{provenance.NUMERICS - 1}, "
+                                                   f"now v{provenance.NUMERICS})"]
+    assert provenance.numerics_flag(None) == provenance.numerics_flag(1)  # records from before the field: v1

@@ -13,13 +13,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
-from ..experiments import FedAvgRun
+from ..experiments import CLIP_ONLY, FedAvgRun
 from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
 from ..notebooks import P
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "chapter_run", "configs",
-           "PARAMETERS", "grid", "compare"]
+           "PARAMETERS", "grid", "compare", "steps_table"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -88,7 +88,7 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
             epsilons: Iterable[float] = (), table1_epsilons: Iterable[float] = (), headline_seeds: Sequence[int] = (),
             sensitivity_epsilon: float = 1.0, sensitivity_range: str = "fixed",
             sensitivity_batch_sizes: Iterable[int] = (), sensitivity_local_epochs: Iterable[int] = (),
-            clients_grid: Iterable[int] = (), fraction_grid: Iterable[float] = (),
+            clients_grid: Iterable[int] = (), fraction_grid: Iterable[float] = (), steps_rounds: Optional[int] = None,
             parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedAvgRun]]:
     """The chapter's experiment grid as (experiment, run) pairs, every run for every seed of ``seeds``.
 
@@ -98,7 +98,10 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     * "sensitivity" (what the paper leaves unstated): non-private and ``sensitivity_epsilon`` with the
       ``sensitivity_range`` rule, per batch size (at the base's local epochs) and per local epochs (at
       the base's batch size);
-    * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction.
+    * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction;
+    * "steps" (reproduction steps, when ``steps_rounds`` is given): ``steps_rounds`` rounds with training accuracy
+      recorded (``train_eval``), non-private, ``sensitivity_epsilon`` with the fixed range, and clipping to the
+      fixed range without noise (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise").
 
     ``parts`` selects experiments by name (default: all).
     """
@@ -130,6 +133,11 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
         pair("clients", base.replace(n_clients=n))
     for f in fraction_grid:
         pair("fraction", base.replace(client_fraction=f))
+    if steps_rounds is not None:
+        longer = base.replace(rounds=steps_rounds, train_eval=True)
+        add("steps", longer)
+        add("steps", private(longer, sensitivity_epsilon, fixed))
+        add("steps", longer.replace(mechanism=CLIP_ONLY, range=fixed))
     return [(e, c) for e, c in out if parts is None or e in parts]
 
 
@@ -145,7 +153,7 @@ PARAMETERS = {
     "sensitivity_batch_sizes": P.list_of(P.pos_int), "sensitivity_local_epochs": P.list_of(P.pos_int),
     "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
     "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
-    "leak_clients": P.pos_int, "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
+    "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
     "device": P.device,
 }
 
@@ -162,7 +170,7 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
                    table1_epsilons=p["table1_epsilons"], sensitivity_epsilon=p["sensitivity_epsilon"],
                    sensitivity_range=p["sensitivity_range"], sensitivity_batch_sizes=p["sensitivity_batch_sizes"],
                    sensitivity_local_epochs=p["sensitivity_local_epochs"], clients_grid=p["clients_grid"],
-                   fraction_grid=p["fraction_grid"])
+                   fraction_grid=p["fraction_grid"], steps_rounds=p.get("steps_rounds"))
 
 
 def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
@@ -173,7 +181,8 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
     clients, ε (per weight per round) and range rule are selected, at the given local computation (which
     the paper does not state) and fraction of clients; "ours" is their final test accuracy, mean ± std over
     seeds (sample std), and "non-private" the same for the non-private runs with identical settings and the
-    same seeds. "fixed" is the paper's fixed range for the data set (:data:`FIXED_RANGE`), "adaptive" our
+    same seeds. Runs of the "steps" experiment (``train_eval``, which repeat a training with more evaluation, or
+    run longer) are left out. "fixed" is the paper's fixed range for the data set (:data:`FIXED_RANGE`), "adaptive" our
     rule (:class:`~ldptut.fl.GlobalModelRange`). The paper's numbers are training accuracy (``REPORTED``).
     """
     need = {"dataset", "n_clients", "epsilon", "config", "mechanism", "batch_size", "local_epochs",
@@ -186,7 +195,8 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
     for claim in REPORTED:
         dataset, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
         same = runs[(runs["dataset"] == dataset) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
-                    & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)]
+                    & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)
+                    & ~runs["config"].map(lambda c: getattr(c, "train_eval", False)).astype(bool)]
         if rule == "fixed":
             target = FixedRange(*FIXED_RANGE[dataset])
             matches = same["config"].map(lambda c: getattr(c, "range", None) == target)
@@ -203,6 +213,34 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
                      "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
                      "settings": settings})
     return pd.DataFrame(rows)
+
+
+def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.DataFrame:
+    """Runs with training accuracy recorded (the "steps" of :func:`configs`; run records) as a table: per data set,
+    run kind (non-private, private, clipping only) and round (``rounds``, default the paper's for the data set, and
+    the runs' last), the test accuracy, the global model's accuracy on the whole training set, and the clients'
+    local models' accuracy on their own data (all %, mean over seeds; ``seeds`` counts them). The paper's headline
+    numbers are "training accuracy" (Fig. 5 caption); this shows both."""
+    out = []
+    for rec in records:
+        c, h = rec.config, rec.history.set_index("round")
+        if "train_accuracy" not in h:
+            continue
+        kind = ("non-private" if c.mechanism is None else "clipping only (no noise)" if c.mechanism == CLIP_ONLY
+                else f"ε = {c.epsilon:g} per weight per round")
+        at = SETTINGS.get(c.dataset, {}).get("rounds", c.rounds) if rounds is None else rounds
+        for r in sorted({min(at, c.rounds), c.rounds}):
+            out.append({"data": c.dataset, "run": kind, "round": r, "seed": c.seed, "test": 100 * h.loc[r, "accuracy"],
+                        "train (global model, all training data)": 100 * h.loc[r, "train_accuracy"],
+                        "train (local models, own data)": 100 * h.loc[r, "client_train_accuracy"]})
+    if not out:
+        return pd.DataFrame(columns=["data", "run", "round", "seeds"])
+    t = pd.DataFrame(out)
+    keys = ["data", "run", "round"]
+    cols = [c for c in t.columns if c not in keys + ["seed"]]
+    agg = t.groupby(keys, sort=False)[cols].mean().round(1)
+    agg["seeds"] = t.groupby(keys, sort=False)["seed"].nunique()
+    return agg.reset_index()
 
 
 # ------------------------------------------------------------------------------------- stored runs
