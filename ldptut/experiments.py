@@ -42,7 +42,8 @@ class FedAvgRun(RunConfig):
     ``epsilon`` is then per coordinate per round and ``range`` the clipping range rule (:class:`FixedRange`
     or :class:`GlobalModelRange`). ``mechanism="clip"`` (with a ``range``, no ``epsilon``) is the ablation that
     clips to the range and adds no noise (:class:`~ldptut.fl.ClipToRange`; not private). ``train_eval``: also
-    record training accuracy each round (:class:`~ldptut.fl.FLConfig`; left out of the cache key when False). ``partition``: "iid" (equal shards) or "dirichlet" (label skew with
+    record training accuracy every ``train_eval_every`` rounds and at the last (:class:`~ldptut.fl.FLConfig`; both
+    left out of the cache key at their defaults). ``partition``: "iid" (equal shards) or "dirichlet" (label skew with
     ``dirichlet_alpha``). Local training: ``local_epochs`` passes at ``batch_size`` with ``optimizer``.
     """
 
@@ -65,6 +66,7 @@ class FedAvgRun(RunConfig):
     epsilon: Optional[float] = None
     range: Optional[FixedRange | GlobalModelRange] = None
     train_eval: bool = False
+    train_eval_every: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,7 +131,8 @@ class FedAvgRun(RunConfig):
                   privatizer=self.privatizer() if privatizer is None else privatizer, aggregator=self.server_rule())
         config = FLConfig(rounds=self.rounds, trainer=self.trainer(vectorize=vectorize),
                           client_fraction=self.client_fraction, send=self.send, device=device, progress=progress,
-                          desc=desc or self.label(), on_divergence=self.on_divergence, train_eval=self.train_eval)
+                          desc=desc or self.label(), on_divergence=self.on_divergence, train_eval=self.train_eval,
+                          train_eval_every=self.train_eval_every)
         return simulate(config, [run], model=self.build_model(ds), x_train=ds.x_train, y_train=ds.y_train,
                         x_test=ds.x_test, y_test=ds.y_test)
 

@@ -434,7 +434,8 @@ class FLConfig:
     ``train_eval``: also record training accuracy each round (papers such as LDP-FL plot it): ``train_accuracy`` /
     ``train_loss``, the new global model on the whole training set (``x_train``), and ``client_train_accuracy``, the
     round's clients' local models (after local training, before any perturbation) each on its own data, averaged
-    with weights the clients' sample counts.
+    with weights the clients' sample counts; after every ``train_eval_every``-th round and the last (NaN in the
+    other rounds: on the whole training set this evaluation can cost as much as a round of local training).
 
     ``divergence_factor``: a run diverges when its test loss has risen three rounds in a row to more than
     this factor times its smallest value so far (``None``: never), or when the loss or the weights stop
@@ -455,11 +456,17 @@ class FLConfig:
     progress: bool = True
     desc: str = "FL rounds"
     train_eval: bool = False
+    train_eval_every: int = 1
 
     def __post_init__(self) -> None:
         pos_int(self.rounds, "rounds")
         if not isinstance(self.train_eval, bool):
             raise ValueError(f"train_eval must be True or False, got {self.train_eval!r}")
+        pos_int(self.train_eval_every, "train_eval_every")
+
+    def train_eval_at(self, round: int) -> bool:
+        """Whether training accuracy is recorded after ``round``: every ``train_eval_every`` rounds and the last."""
+        return self.train_eval and (round % self.train_eval_every == 0 or round == self.rounds)
         fraction(self.client_fraction, "client_fraction")
         one_of(self.send, "send", ("weights", "updates"))
         pos_int(self.eval_batch_size, "eval_batch_size")
@@ -667,7 +674,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
         new, stats = [], []
         local_acc = ([_clients_accuracy(model, layout, trained[a], [run.partition[i] for i in ids[a].tolist()], x_train,
                                         y_train, config.eval_batch_size) for a, run in enumerate(runs)]
-                     if config.train_eval else None)
+                     if config.train_eval_at(r) else None)
         for a, run in enumerate(runs):
             payloads = trained[a] - glob[a] if config.send == "updates" else trained[a]
             cids = ids[a].to(device)
@@ -708,7 +715,9 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             m, metrics, spent = stats[a]
             row = {"run": a, "round": r, "accuracy": acc, "loss": loss, "clients": m,
                    "clients_used": int(metrics.get("clients_used", m))}
-            if config.train_eval:
+            if config.train_eval and not config.train_eval_at(r):
+                row.update(train_accuracy=math.nan, train_loss=math.nan, client_train_accuracy=math.nan)
+            elif config.train_eval:
                 train_acc, train_loss = (math.nan, math.inf) if diverged and math.isnan(acc) else evaluate(
                     load_state(load_vector(model, layout, glob[a]), a), x_train, y_train,
                     batch_size=config.eval_batch_size)

@@ -473,3 +473,10 @@ def test_clip_to_range_clips_without_noise_and_claims_no_privacy():
     res = _simulate([dict(seed=1, privatizer=clip)])
     assert "epsilon_total" not in res.history  # the engine records the run as unprotected
     assert res.weights.abs().max() <= 0.075 + 1e-7
+
+
+def test_train_eval_every_records_only_those_rounds_and_the_last():
+    h = _simulate([dict(seed=1)], rounds=5, train_eval=True, train_eval_every=2).history
+    assert h["train_accuracy"].notna().tolist() == [False, True, False, True, True]
+    with pytest.raises(ValueError, match="train_eval_every"):
+        fl.FLConfig(rounds=2, train_eval=True, train_eval_every=0)

@@ -9,6 +9,7 @@ and the round engine (:mod:`ldptut.fl`, Algorithm 1). Every ε here is **per wei
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
@@ -100,7 +101,7 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
       the base's batch size);
     * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction;
     * "steps" (reproduction steps, when ``steps_rounds`` is given): ``steps_rounds`` rounds with training accuracy
-      recorded (``train_eval``), non-private, ``sensitivity_epsilon`` with the fixed range, and clipping to the
+      recorded (``train_eval``; at the base's rounds, the last, and every gcd of the two), non-private, ``sensitivity_epsilon`` with the fixed range, and clipping to the
       fixed range without noise (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise").
 
     ``parts`` selects experiments by name (default: all).
@@ -134,7 +135,8 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     for f in fraction_grid:
         pair("fraction", base.replace(client_fraction=f))
     if steps_rounds is not None:
-        longer = base.replace(rounds=steps_rounds, train_eval=True)
+        every = math.gcd(base.rounds, steps_rounds)  # training accuracy at the chapter's rounds and the last
+        longer = base.replace(rounds=steps_rounds, train_eval=True, train_eval_every=every)
         add("steps", longer)
         add("steps", private(longer, sensitivity_epsilon, fixed))
         add("steps", longer.replace(mechanism=CLIP_ONLY, range=fixed))
