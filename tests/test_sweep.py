@@ -50,8 +50,133 @@ def test_the_sweep_grid_is_the_chapters_grid():
     assert len({c.key() for _, c in g}) == len(g)
     f8 = [c for e, c in g if e == "fig. 8"]
     assert {(c.dataset, c.model, c.scope, c.rounds, c.n_train) for c in f8} == {("cifar10", "cnn_pool", "model", 3, 5000)}
-    with pytest.raises(NotImplementedError, match="no grid"):
-        sweep.chapter_grid("wu2023", {})
+
+
+def test_a_paper_module_without_grid_cannot_be_swept(monkeypatch):
+    monkeypatch.delattr(PD, "grid")
+    with pytest.raises(NotImplementedError, match="no grid.*chapters that can: ldp_fl, wu2023, corbin, fedsel"):
+        sweep.chapter_grid("pd_ldpfl", {})
+
+
+# ------------------------------------------------------------------ the grids of corbin, fedsel, personalized_ldp_fl
+# Each grid against the runs its notebook trained before the notebook built them from grid(): the cells' own code.
+def _keys(pairs):
+    return [c.key() for _, c in pairs]
+
+
+def test_corbin_grid_is_the_notebooks_runs_before_lambda_is_chosen():
+    """"vs epsilon" (FedAvg, LDP-FL, CoQ-FL at ε = 1, one seed) and "tune λ" (2 methods x λ in {1, 0.2} on the
+    validation split); the "smoothed" runs need the λ chosen on validation and are left to the notebook."""
+    from ldptut.papers import corbin as C
+
+    p = sweep.chapter_parameters("corbin")
+    g = sweep.chapter_grid("corbin", p)
+    base = C.chapter_run(dataset=p["dataset"], rounds=p["rounds"], n_clients=p["n_clients"], n_train=p["n_train"],
+                         n_test=p["n_test"], model=p["model"]).replace(num_rand=p["num_rand"])
+    lams = [None] + [l for l in p["smoothing_grid"] if l != 1.0]
+    val_base = base.replace(validation=p["validation"], n_test=None)
+    notebook = C.configs(base, seeds=p["seeds"], epsilons=p["epsilons"]) + [
+        ("tune λ", C.run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=p["smoothing_epsilon"]))
+        for m in ("ldp_fl", "coq_fl") for l in lams for s in p["seeds"]]
+    assert _keys(g) == _keys(notebook) and [e for e, _ in g] == [e for e, _ in notebook]
+    assert [e for e, _ in g].count("vs epsilon") == 3 and [e for e, _ in g].count("tune λ") == 4
+    assert all(c.validation == p["validation"] and c.n_test is None for e, c in g if e == "tune λ")
+    assert not any(c.validation for e, c in g if e == "vs epsilon")
+    chosen = C.smoothed_runs(base, {"coq_fl": 0.2, "ldp_fl": 1.0}, seeds=[0], epsilon=1.0)
+    assert [(c.method, c.smoothing, c.validation) for _, c in chosen] == [("coq_fl", 0.2, None), ("ldp_fl", None, None)]
+    assert {c.key() for _, c in chosen} & set(_keys(g)) == {chosen[1][1].key()}  # λ = 1 on test: a "vs epsilon" run
+    paper = sweep.chapter_grid("corbin", sweep.chapter_parameters("corbin", ROOT / "book/params/corbin-cifar10-paper.yaml"))
+    assert len(paper) == len(set(_keys(paper))) == 5 * (1 + 2 * 2) + 2 * 10 * 5   # 5 seeds, 2 ε; 2 methods x 10 λ
+
+
+def _fedsel_notebook_runs(p):
+    from ldptut.papers import fedsel as F
+
+    common = dict(folds=p["folds"], repeats=p["repeats"], eta=p["eta"])
+    curve, first = [p["curve_dataset"]], p["models"][:1]
+    t3 = ["NP", "PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-C", "PE-PM-C", "PS-PM-C"]
+    sel, clear = ["EXP", "PE", "PS"], ["NP", "NP-RS", "NP-K"]
+    f2 = sel + clear + ["PM", "PS-PM", "HM", "PS-HM", "Duchi", "PS-Duchi"] + ["EXP-PM", "PE-PM", "PM-RP"]
+    acc = ["PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-O", "PE-PM-O", "PS-PM-O"]
+    out = [("table 3", c) for _, c in F.configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
+                                                methods=t3, mu=p["mu"], lr=p["lr"], **common)]
+    out += [("fig 2", c) for _, c in F.configs(datasets=curve, models=p["models"], epsilons=p["epsilons"], methods=f2,
+                                               mu=p["mu"], lr=p["lr"], **common)]
+    out += [("convergence", c.replace(eval_every=5)) for _, c in F.configs(
+        datasets=curve, models=first, epsilons=[4.0], methods=clear + sel, mu=p["mu"], lr=p["lr"], **common)]
+    out += [("fig 3a", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=acc,
+                                                mu=p["mu"], lr=p["accumulation_lr"], epochs=p["accumulation_epochs"],
+                                                **common)]
+    out += [("fig 3b", F.method_run("PS-PM", base=F.base_run(curve[0], first[0], mu=m, lr=p["lr"], **common), epsilon=e))
+            for m in p["mus"] for e in p["epsilons"]]
+    out += [("fig 3b", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=["PM"],
+                                                lr=p["lr"], **common)]
+    out += [("lr", c.replace(lr=a)) for a in p["lrs"] for _, c in F.configs(
+        datasets=curve, models=first, epsilons=[p["epsilon"]], methods=["NP", "NP-K", "PM", "PS-PM", "PS-PM-C"],
+        mu=p["mu"], **common)]
+    return out
+
+
+def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
+    from ldptut.papers import fedsel as F
+
+    for params in (None, ROOT / "book/params/fedsel-paper.yaml"):
+        p = sweep.chapter_parameters("fedsel", params)
+        g = sweep.chapter_grid("fedsel", p)
+        assert _keys(g) == _keys(_fedsel_notebook_runs(p)) and [e for e, _ in g] == [e for e, _ in _fedsel_notebook_runs(p)]
+        count = {e: [x for x, _ in g].count(e) for e in F.GRID_PARTS}
+        assert count == {"table 3": 64, "fig 2": 102, "convergence": 6, "fig 3a": 28, "fig 3b": 24, "lr": 20}
+        assert len(set(_keys(g))) == 221   # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2)
+    assert {c.repeats for _, c in g} == {10}
+    assert _keys(F.grid(p, parts=["lr"])) == _keys([x for x in g if x[0] == "lr"])
+    with pytest.raises(ValueError, match="unknown parts"):
+        F.grid(p, parts=["fig 9"])
+    f = tmp_path / "p.yaml"
+    f.write_text("folds: 1\n")
+    with pytest.raises(ValueError, match="folds must be >= 2"):   # a type cannot say it: grid() checks it
+        sweep.chapter_grid("fedsel", sweep.chapter_parameters("fedsel", f))
+
+
+def test_personalized_ldp_fl_grid_is_the_notebooks_runs():
+    """The paper's grid per experiment, "iid digits" again under the other σ reading, and the MNIST extension
+    (the defaults load digits, Fashion-MNIST and MNIST: a few seconds)."""
+    from ldptut.papers import wu2023 as W
+
+    p = sweep.chapter_parameters("personalized_ldp_fl")
+    g = sweep.chapter_grid("personalized_ldp_fl", p)
+    opts = dict(on_empty=p["on_empty"], local_passes=p["local_passes"], alpha=p["alpha"])
+    notebook = []
+    for key in p["experiments"]:
+        proto, name = key.split()
+        exp = W.load_experiment(name, proto, W.SETTINGS[proto][name], dirichlet_alpha=p["dirichlet_alpha"])
+        notebook += W.configs(exp, p["seeds"], reading=p["sigma_reading"], **opts)
+    assert "iid covertype" not in p["experiments"]
+    for key in p["compare_reading"]:
+        proto, name = key.split()
+        exp = W.load_experiment(name, proto, W.SETTINGS[proto][name])
+        notebook += W.configs(exp, p["seeds"], reading=W.OTHER_READING[p["sigma_reading"]], **opts)
+    exp = W.load_experiment("mnist", "iid", W.SETTINGS["iid"]["digits"], test_size=2000)
+    notebook += W.configs(exp, p["seeds"], reading=p["sigma_reading"], **opts)
+    assert [c.key() for _, c in g] == [c.key() for c in notebook] and len(set(_keys(g))) == 216
+    count = {e: [x for x, _ in g].count(e) for e in dict.fromkeys(x for x, _ in g)}
+    assert count == {"iid digits": 39, "iid fashion_mnist": 39, "noniid digits": 30, "noniid fashion_mnist": 30,
+                     "iid digits (other reading)": 39, "iid mnist": 39}
+    assert {c.reading for e, c in g if e == "iid digits (other reading)"} == {"bracket_outside"}
+    # a run's configuration alone trains it: its data split is rebuilt from the configuration
+    c = next(c for e, c in g if e == "noniid digits")
+    assert (len(c.load_data().y_train), len(c.load_data().y_test)) == (c.n_train, c.n_test)
+
+
+@pytest.mark.parametrize("chapter, line, name", [
+    ("corbin", "num_rand: 2.5", "num_rand"), ("corbin", "epsilons: 1.0", "epsilons"),
+    ("fedsel", "epsilons: [0.5, two]", "epsilons"), ("fedsel", "folds: '5'", "folds"),
+    ("personalized_ldp_fl", "mnist_extension: 'yes'", "mnist_extension"),
+    ("personalized_ldp_fl", "seeds: 3", "seeds")])
+def test_a_parameter_of_the_wrong_type_is_rejected(tmp_path, chapter, line, name):
+    f = tmp_path / "p.yaml"
+    f.write_text(line + "\n")
+    with pytest.raises(ValueError, match=f"parameter '{name}' (item 1: )?must be"):
+        sweep.chapter_parameters(chapter, f)
 
 
 def test_pending_groups_skip_stored_runs(tmp_path):

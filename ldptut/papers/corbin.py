@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Optional, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,13 +29,14 @@ from ..data import Dataset
 from ..experiments import FedAvgRun
 from ..fl import PairedPerturbation, RoundContext
 from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
+from ..notebooks import P
 from ..rng import generator
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
-           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "outcome",
-           "compare"]
+           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
+           "tuning_runs", "smoothed_runs", "PARAMETERS", "grid", "outcome", "compare"]
 
 PAPER = Paper(
     key="corbin",
@@ -362,6 +363,60 @@ def configs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterable[float],
             else:
                 out.extend(("vs epsilon", run(m, base=b, epsilon=e)) for e in epsilons)
     return out
+
+
+def tuning_runs(base: CorbinRun, *, seeds: Sequence[int], smoothing_grid: Sequence[float], epsilon: float,
+                validation: int) -> list[tuple[str, CorbinRun]]:
+    """The grid "tune λ": LDP-FL and CoQ-FL at ``epsilon`` with the plain mean (λ = 1) and every other λ of
+    ``smoothing_grid``, evaluated on ``validation`` held-out training images (never the test set), for every seed;
+    none when ``smoothing_grid`` is empty."""
+    if not smoothing_grid:
+        return []
+    val_base = base.replace(validation=validation, n_test=None)
+    lams = [None] + [l for l in smoothing_grid if l != 1.0]
+    return [("tune λ", run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=epsilon))
+            for m in ("ldp_fl", "coq_fl") for l in lams for s in seeds]
+
+
+def smoothed_runs(base: CorbinRun, best: Mapping[str, float], *, seeds: Sequence[int],
+                  epsilon: float) -> list[tuple[str, CorbinRun]]:
+    """The runs "smoothed": each method of ``best`` (method -> the λ it scored best with on validation; 1 is the
+    plain mean) at ``epsilon`` on the test set, for every seed. They depend on the "tune λ" results, so they are
+    not in :func:`grid`."""
+    return [("smoothed", run(m, base=base.replace(seed=s, smoothing=None if best[m] == 1.0 else best[m]),
+                             epsilon=epsilon)) for m in best.keys() for s in seeds]
+
+
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: cell holds the defaults, ``book/params/corbin*-paper.yaml`` the paper-scale values).
+PARAMETERS = {
+    "dataset": P.choice("mnist", "cifar10"), "model": P.optional(P.choice("cnn_pool", "resnet18", "resnet18_bn")),
+    "rounds": P.pos_int, "n_clients": P.pos_int,
+    "n_train": P.optional(P.pos_int), "n_test": P.optional(P.pos_int), "seeds": P.list_of(P.nonneg_int),
+    "epsilons": P.list_of(P.pos_float), "num_rand": P.nonneg_int, "smoothing_grid": P.list_of(P.fraction),
+    "smoothing_epsilon": P.pos_float, "validation": P.pos_int, "pair_samples": P.pos_int, "device": P.device,
+    "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
+}
+
+
+def base_run(p: Mapping[str, Any]) -> CorbinRun:
+    """The chapter's non-private run (:func:`chapter_run`) from its parameters ``p`` (the notebook's names)."""
+    return chapter_run(dataset=p["dataset"], rounds=p["rounds"], n_clients=p["n_clients"], n_train=p["n_train"],
+                       n_test=p["n_test"], model=p["model"]).replace(num_rand=p["num_rand"])
+
+
+def grid(p: Mapping[str, Any]) -> list[tuple[str, CorbinRun]]:
+    """The chapter's runs that its parameters ``p`` (the notebook's names, e.g. a parameter file over the defaults)
+    fix before any training: "vs epsilon" (:func:`configs`) and "tune λ" (:func:`tuning_runs` at
+    ``smoothing_epsilon``). The chapter and ``python -m ldptut.sweep corbin`` both build their runs here.
+
+    Not in it: the "smoothed" runs (:func:`smoothed_runs`), which use the λ each method scores best with on the
+    validation split, known only once the "tune λ" runs are trained. A sweep trains the tuning runs; the notebook
+    then picks λ and trains those few runs (two methods x seeds) itself."""
+    base = base_run(p)
+    return configs(base, seeds=p["seeds"], epsilons=p["epsilons"]) + tuning_runs(
+        base, seeds=p["seeds"], smoothing_grid=p["smoothing_grid"], epsilon=p["smoothing_epsilon"],
+        validation=p["validation"])
 
 
 def outcome(runs: pd.DataFrame) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Optional, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,7 @@ from .._validate import epsilon as _epsilon, one_of, pos_int, real
 from .. import data as _data
 from .. import fedsgd
 from ..mechanisms import Hybrid, Piecewise, TwoPoint
+from ..notebooks import P
 from ..rng import generator
 from ..runconfig import RunConfig
 from ..selection import ExponentialSelection, PerturbedEncoding, PerturbedSampling
@@ -36,7 +37,9 @@ from . import Paper, Reported
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare", "FedSelRun", "METHODS",
            "method_run", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
-           "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run"]
+           "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run", "TABLE3_METHODS",
+           "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
+           "LR_METHODS", "GRID_PARTS", "PARAMETERS", "check_settings", "grid"]
 
 PAPER = Paper(
     key="fedsel",
@@ -321,6 +324,96 @@ def configs(*, datasets: Sequence[str], models: Sequence[str], epsilons: Iterabl
                 private = METHODS[m][1] is not None or METHODS[m][0] in ("exp", "pe", "ps")
                 for e in (epsilons if private else [None]):
                     out.append(("grid", method_run(m, base=b, epsilon=e)))
+    return out
+
+
+# ------------------------------------------------------------------------------------ the chapter's grid
+#: Table 3's methods (the columns of the paper's table).
+TABLE3_METHODS = ["NP", "PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-C", "PE-PM-C", "PS-PM-C"]
+#: Fig. 2: the selections alone (ε1 = ε), the runs in clear, the flat and two-stage pairs, and the rest of its panels.
+SELECTION_ONLY = ["EXP", "PE", "PS"]
+IN_CLEAR = ["NP", "NP-RS", "NP-K"]
+FLAT_PAIRS = [("PM", "PS-PM"), ("HM", "PS-HM"), ("Duchi", "PS-Duchi")]
+CURVE_METHODS = SELECTION_ONLY + IN_CLEAR + [m for pair in FLAT_PAIRS for m in pair] + ["EXP-PM", "PE-PM", "PM-RP"]
+#: The convergence check: the selections alone at this ε (per user, one epoch) beside the runs in clear.
+CONVERGENCE_EPSILON = 4.0
+#: Fig. 3(a): g vs αg ("-O") accumulation.
+ACCUMULATION_METHODS = ["PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-O", "PE-PM-O", "PS-PM-O"]
+#: The learning-rate sensitivity check.
+LR_METHODS = ["NP", "NP-K", "PM", "PS-PM", "PS-PM-C"]
+#: The chapter's experiments, in the notebook's order.
+GRID_PARTS = ("table 3", "fig 2", "convergence", "fig 3a", "fig 3b", "lr")
+
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: cell holds the defaults, ``book/params/fedsel-paper.yaml`` the paper-scale values); :func:`check_settings` adds
+#: the checks a type cannot say.
+PARAMETERS = {
+    "datasets": P.list_of(P.choice("bank", "adult", "kdd99", "syn_l", "syn_h")),
+    "models": P.list_of(P.choice("logistic", "svm")), "epsilon": P.pos_float, "epsilons": P.list_of(P.pos_float),
+    "curve_dataset": P.choice("bank", "adult", "kdd99", "syn_l", "syn_h"), "folds": P.pos_int, "repeats": P.pos_int,
+    "mu": P.fraction, "mus": P.list_of(P.fraction), "lr": P.pos_float, "lrs": P.list_of(P.pos_float),
+    "eta": P.real, "accumulation_epochs": P.pos_int, "accumulation_lr": P.pos_float, "timing_dims": P.list_of(P.pos_int),
+    "selection_samples": P.pos_int, "device": P.device, "run_cache": P.optional(P.string),
+    "paper_runs_dir": P.optional(P.string),
+}
+
+
+def check_settings(p: Mapping[str, Any]) -> None:
+    """What :data:`PARAMETERS` cannot check: cross-validation needs ``folds`` >= 2, and the value needs a budget
+    too, so ``mu`` and every ``mus`` < 1 (ValueError otherwise)."""
+    folds, mu, mus = p["folds"], p["mu"], p["mus"]
+    if folds < 2:
+        raise ValueError(f"folds must be >= 2 for cross-validation, got {folds}")
+    if not mu < 1 or not all(m < 1 for m in mus):
+        raise ValueError(f"mu and mus must be in (0, 1): the value needs a budget too; got mu = {mu}, mus = {mus}")
+
+
+def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedSelRun]]:
+    """The chapter's experiment grid from its parameters ``p`` (the notebook's names, e.g. a parameter file over the
+    defaults), as (experiment, run) pairs in the notebook's order (:data:`GRID_PARTS`; ``parts`` selects some):
+
+    * "table 3": :data:`TABLE3_METHODS` on every data set and model at ``epsilon``;
+    * "fig 2": :data:`CURVE_METHODS` on ``curve_dataset``, both models, every ε of ``epsilons``;
+    * "convergence": the selections alone at :data:`CONVERGENCE_EPSILON` and the runs in clear, first model,
+      evaluated every 5 iterations;
+    * "fig 3a": :data:`ACCUMULATION_METHODS` over ``accumulation_epochs`` epochs at ``accumulation_lr``;
+    * "fig 3b": PS-PM at every μ of ``mus`` and ε, and flat PM at every ε;
+    * "lr": :data:`LR_METHODS` at ``epsilon`` for every learning rate of ``lrs``.
+
+    A run may serve several experiments (e.g. PM at ε = 2 on the curve data set). The chapter and
+    ``python -m ldptut.sweep fedsel`` both build their runs here."""
+    check_settings(p)
+    unknown = [x for x in (parts or ()) if x not in GRID_PARTS]
+    if unknown:
+        raise ValueError(f"unknown parts {unknown}; the chapter's experiments: {', '.join(GRID_PARTS)}")
+    common = {"folds": p["folds"], "repeats": p["repeats"], "eta": p["eta"]}
+    curve, first = [p["curve_dataset"]], list(p["models"])[:1]
+    epsilons = p["epsilons"]
+    want = GRID_PARTS if parts is None else parts
+    out: list[tuple[str, FedSelRun]] = []
+    if "table 3" in want:
+        out += [("table 3", c) for _, c in configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
+                                                   methods=TABLE3_METHODS, mu=p["mu"], lr=p["lr"], **common)]
+    if "fig 2" in want:
+        out += [("fig 2", c) for _, c in configs(datasets=curve, models=p["models"], epsilons=epsilons,
+                                                 methods=CURVE_METHODS, mu=p["mu"], lr=p["lr"], **common)]
+    if "convergence" in want:
+        out += [("convergence", c.replace(eval_every=5))
+                for _, c in configs(datasets=curve, models=first, epsilons=[CONVERGENCE_EPSILON],
+                                    methods=IN_CLEAR + SELECTION_ONLY, mu=p["mu"], lr=p["lr"], **common)]
+    if "fig 3a" in want:
+        out += [("fig 3a", c) for _, c in configs(datasets=curve, models=first, epsilons=epsilons,
+                                                  methods=ACCUMULATION_METHODS, mu=p["mu"], lr=p["accumulation_lr"],
+                                                  epochs=p["accumulation_epochs"], **common)]
+    if "fig 3b" in want:
+        out += [("fig 3b", method_run("PS-PM", base=base_run(p["curve_dataset"], first[0], mu=m, lr=p["lr"], **common),
+                                      epsilon=e)) for m in p["mus"] for e in epsilons]
+        out += [("fig 3b", c) for _, c in configs(datasets=curve, models=first, epsilons=epsilons, methods=["PM"],
+                                                  lr=p["lr"], **common)]
+    if "lr" in want:
+        out += [("lr", c.replace(lr=a)) for a in p["lrs"]
+                for _, c in configs(datasets=curve, models=first, epsilons=[p["epsilon"]], methods=LR_METHODS,
+                                    mu=p["mu"], **common)]
     return out
 
 

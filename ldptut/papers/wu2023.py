@@ -40,6 +40,7 @@ from ..accounting import Guarantee
 from ..fl import FLConfig, Run, RoundContext, mean_aggregator, simulate
 from ..mechanisms import Gaussian, LdpSign, Mechanism
 from ..models import LogisticRegression
+from ..notebooks import P
 from ..rng import generator
 from ..runcache import RunRecord, load_records
 from ..runconfig import RunConfig
@@ -50,7 +51,7 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
            "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
-           "paired_t_interval", "compare"]
+           "paired_t_interval", "compare", "OTHER_READING", "PARAMETERS", "chapter_experiment", "grid"]
 
 PAPER = Paper(
     key="wu2023",
@@ -542,6 +543,72 @@ def run_experiment(runner: Any, exp: "Experiment", seeds: Sequence[int], **kw: A
     """Train (or load, through the runner's cache) the paper's grid for ``exp`` and every seed; the labelled
     history (:func:`histories`), in grid order. ``kw`` goes to :func:`configs`."""
     return histories(runner.run_all(configs(exp, seeds, **kw)))
+
+
+#: The other reading of the IID σ formula (the chapter re-runs its ``compare_reading`` experiments under it).
+OTHER_READING = {"sqrt_all": "bracket_outside", "bracket_outside": "sqrt_all"}
+
+_EXPERIMENT_KEYS = ("iid digits", "iid fashion_mnist", "iid covertype", "noniid digits", "noniid fashion_mnist",
+                    "noniid covertype")
+
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: cell holds the defaults, ``book/params/personalized_ldp_fl-paper.yaml`` the paper-scale values).
+PARAMETERS = {
+    "seeds": P.list_of(P.nonneg_int), "experiments": P.list_of(P.choice(*_EXPERIMENT_KEYS)),
+    "covertype_train_size": P.pos_int, "mnist_extension": P.boolean,
+    "sigma_reading": P.choice(*SIGMA_READINGS),
+    "compare_reading": P.list_of(P.choice(*[k for k in _EXPERIMENT_KEYS if k.startswith("iid")])),
+    "dirichlet_alpha": P.pos_float, "on_empty": P.choice(*ON_EMPTY), "local_passes": P.pos_int,
+    "alpha": P.pos_float, "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
+}
+
+
+def chapter_experiment(key: str, p: Mapping[str, Any]) -> Experiment:
+    """The data of the chapter's experiment ``key`` at its parameters ``p`` (the notebook's names): one of the
+    paper's ("iid digits", ... at the paper's setting, Covertype with ``covertype_train_size`` training samples,
+    non-IID with ``dirichlet_alpha``), "iid mnist" (our extension: real MNIST under the digits protocol, 2,000 test
+    images) or "iid covertype_raw" (Covertype's no-noise run on the raw numeric columns)."""
+    protocol, name = key.split()
+    if key == "iid mnist":
+        return load_experiment("mnist", "iid", SETTINGS["iid"]["digits"], test_size=2000)
+    if key == "iid covertype_raw":
+        no_noise_only = {**SETTINGS["iid"]["covertype"], "epsilons": [], "profiles": {}}  # grid = the no-noise run
+        return load_experiment("covertype_raw", "iid", no_noise_only, train_size=p["covertype_train_size"])
+    one_of(key, "experiment", _EXPERIMENT_KEYS)
+    return load_experiment(name, protocol, SETTINGS[protocol][name], dirichlet_alpha=p["dirichlet_alpha"],
+                           train_size=p["covertype_train_size"] if name == "covertype" else None)
+
+
+def grid(p: Mapping[str, Any]) -> list[tuple[str, WuRun]]:
+    """The chapter's runs from its parameters ``p`` (the notebook's names, e.g. a parameter file over the defaults),
+    as (experiment, run) pairs in the notebook's order: the paper's grid (:func:`configs`) for every experiment of
+    ``experiments`` under ``sigma_reading`` (labelled with the experiment's key, "iid digits"); with "iid covertype",
+    its no-noise run on the raw numeric columns ("iid covertype_raw"); the IID experiments of ``compare_reading``
+    under the other reading ("iid digits (other reading)"); with ``mnist_extension``, real MNIST ("iid mnist").
+
+    A run's configuration holds its data split's sizes, so this loads each experiment's data (seconds;
+    :func:`chapter_experiment`); training needs only the configuration (:meth:`WuRun.train_group` reloads the
+    data). The chapter and ``python -m ldptut.sweep personalized_ldp_fl`` both build their runs here."""
+    seeds = list(p["seeds"])
+    opts = {"on_empty": p["on_empty"], "local_passes": p["local_passes"], "alpha": p["alpha"]}
+    loaded: dict[str, Experiment] = {}
+
+    def data(key: str) -> Experiment:
+        if key not in loaded:
+            loaded[key] = chapter_experiment(key, p)
+        return loaded[key]
+
+    out: list[tuple[str, WuRun]] = []
+    for key in p["experiments"]:
+        out += [(key, c) for c in configs(data(key), seeds, reading=p["sigma_reading"], **opts)]
+    if "iid covertype" in p["experiments"]:  # no noise: the reading changes nothing but the key; the default's
+        out += [("iid covertype_raw", c) for c in configs(data("iid covertype_raw"), seeds, **opts)]
+    for key in [k for k in p["compare_reading"] if k.startswith("iid")]:
+        out += [(f"{key} (other reading)", c)
+                for c in configs(data(key), seeds, reading=OTHER_READING[p["sigma_reading"]], **opts)]
+    if p["mnist_extension"]:
+        out += [("iid mnist", c) for c in configs(data("iid mnist"), seeds, reading=p["sigma_reading"], **opts)]
+    return out
 
 
 def load_runs(directory: Any) -> pd.DataFrame:
