@@ -219,6 +219,38 @@ def test_probability_selection_c():
         agg(pay, context=ctx)
 
 
+def test_probability_selection_c_readings():
+    """max: P_i = rho_i / max rho (the least noisy client always passes); client: each client kept on its own draw,
+    independently, with probability P_i (counts within 5 binomial standard errors, and pairs as often as the product
+    of their P_i); the default reading is the adopted sum/round and stays out of a run's key."""
+    sig = [1.0, 2.0, 0.5]  # rho = 1, 0.5, 2
+    mx = P.ProbabilitySelection(sig, reading="max/round")
+    assert torch.allclose(mx.probabilities, torch.tensor([0.5, 0.25, 1.0], dtype=torch.float64))
+    pay = torch.tensor([[1.0, 1, 1, 1], [3.0, 3, 3, 3], [10.0, 10, 10, 10]], dtype=torch.float64)
+    n = 4000
+    counts, both01 = torch.zeros(3), 0
+    per_client = P.ProbabilitySelection(sig, reading="max/client")
+    for r in range(1, n + 1):
+        out, m = mx(pay, context=_ctx(3, r=r))
+        assert m["clients_used"] >= 1  # client 2 always passes: never an empty round
+        out, m = per_client(pay, context=_ctx(3, r=r))
+        g = generator(0, "round", r, "server")
+        keep = torch.rand(3, generator=g, dtype=torch.float64) < per_client.probabilities
+        counts += keep
+        both01 += int(keep[0] and keep[1])
+        assert m == {"clients_used": int(keep.sum())}
+        if keep.any():
+            assert torch.allclose(out, pay[keep].mean(0))
+    p = per_client.probabilities.float()
+    assert bool(((counts / n - p).abs() <= 5 * torch.sqrt(p * (1 - p) / n)).all())
+    q = 0.5 * 0.25  # independent draws: the pair (0, 1) is kept together with probability P_0 P_1
+    assert abs(both01 / n - q) <= 5 * math.sqrt(q * (1 - q) / n)
+    assert torch.allclose(P.ProbabilitySelection(sig, reading="sum/client").probabilities,
+                          P.selection_probabilities(sig))
+    with pytest.raises(ValueError, match="reading"):
+        P.ProbabilitySelection(sig, reading="max")
+
+
 def test_sign_aggregation():
     pay = torch.tensor([[1.0, -1.0, 1.0, -1.0], [1.0, 1.0, -1.0, -1.0]], dtype=torch.float64)
     out, _ = P.SignOf(fl.mean_aggregator)(pay, context=_ctx(2))

@@ -51,7 +51,7 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
            "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
-           "paired_t_interval", "compare", "OTHER_READING", "PARAMETERS", "chapter_experiment", "grid"]
+           "paired_t_interval", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "PARAMETERS", "chapter_experiment", "grid"]
 
 PAPER = Paper(
     key="wu2023",
@@ -64,6 +64,8 @@ PAPER = Paper(
 
 PROTOCOLS = ("iid", "noniid")
 ON_EMPTY = ("keep", "all")
+#: Readings of aggregation C (:class:`ProbabilitySelection`): normalisation of P_i / how the server draws.
+C_READINGS = ("sum/round", "max/round", "sum/client", "max/client")
 AGGREGATIONS = ("A", "B", "C")
 
 #: Wu, Xu, Zhu (Appl. Sci. 2023), Section 5: experiment settings as printed (5.2.1 IID, 5.3.1 non-IID).
@@ -204,26 +206,42 @@ class WeightedBySigma:
 
 
 class ProbabilitySelection:
-    """C: probability-based selection (Wu et al. Section 4.2).
+    """C: probability-based selection (Wu et al. Section 4.2), in one of the readings of :data:`C_READINGS`.
 
-    P_i = ρ_i / Σ_j ρ_j over all N clients (computed once, before training). Each round the server
-    draws ω ~ U(0, 1) from ``context.server_generator`` and averages the clients with P_i > ω.
-    Because the P_i sum to one, every P_i <= 1 and often **no client passes** (probability
-    1 - max_i P_i per round). The paper does not say what happens then; ``on_empty`` decides:
-    ``"keep"`` (default) keeps the previous global model (the round is skipped), ``"all"`` averages
-    all clients (falls back to A). The metrics report ``clients_used``, how many clients were kept.
+    The paper: "P_i = ρ_i / Σ_j ρ_j" (the operators partly lost in our text) with "0 < P_i <= 1", computed once
+    before training; each round the server draws ω ~ U(0, 1) and keeps the clients with P_i > ω. ``reading``
+    is "<normalisation>/<draw>":
+
+    * normalisation "sum" (adopted, the formula as printed): P_i = ρ_i / Σ_j ρ_j, so the P_i sum to one and
+      often **no client passes** (probability 1 - max_i P_i per round); "max": P_i = ρ_i / max_j ρ_j, so the
+      least noisy client has P_i = 1 (the only way the stated P_i <= 1 is reached with several clients) and
+      always passes;
+    * draw "round" (adopted, as printed): one ω per round from ``context.server_generator``, keep P_i > ω (the
+      kept set is always the clients above a threshold); "client": each client kept on its own draw with
+      probability P_i.
+
+    When no client passes, ``on_empty`` decides (the paper does not say): ``"keep"`` (default) keeps the
+    previous global model (the round is skipped), ``"all"`` averages all clients (falls back to A). The
+    metrics report ``clients_used``, how many clients were kept.
     """
 
-    def __init__(self, sigmas: Sequence[float], *, on_empty: str = "keep"):
-        self.probabilities = selection_probabilities(sigmas)
+    def __init__(self, sigmas: Sequence[float], *, on_empty: str = "keep", reading: str = "sum/round"):
+        self.reading = one_of(reading, "reading", C_READINGS)
+        self.normalise, self.draw = self.reading.split("/")
+        rho = _rho(sigmas)
+        self.probabilities = rho / (rho.sum() if self.normalise == "sum" else rho.max())
         self.on_empty = one_of(on_empty, "on_empty", ON_EMPTY)
 
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
         g = context.server_generator
         if g is None:
             raise ValueError("ProbabilitySelection needs context.server_generator (the server's ω draw)")
-        omega = torch.rand((), generator=g, dtype=torch.float64, device=g.device).item()
-        keep = self.probabilities[context.client_ids.cpu()] > omega
+        p = self.probabilities[context.client_ids.cpu()]
+        if self.draw == "round":
+            omega = torch.rand((), generator=g, dtype=torch.float64, device=g.device).item()
+            keep = p > omega
+        else:  # one draw per client
+            keep = torch.rand(p.shape, generator=g, dtype=torch.float64, device=g.device).cpu() < p
         used = {"clients_used": int(keep.sum())}
         if not bool(keep.any()):
             if self.on_empty == "keep":
@@ -232,7 +250,8 @@ class ProbabilitySelection:
         return payloads[keep.to(payloads.device)].mean(dim=0), used
 
     def __repr__(self) -> str:
-        return f"ProbabilitySelection(n={self.probabilities.numel()}, on_empty={self.on_empty!r})"
+        return (f"ProbabilitySelection(n={self.probabilities.numel()}, on_empty={self.on_empty!r}, "
+                f"reading={self.reading!r})")
 
 
 class SignOf:
@@ -402,7 +421,7 @@ class WuRun(RunConfig):
 
     ``delta``, ``q`` (IID sampling probability; 1 for non-IID), ``clip`` (c) and ``l2`` (Δ2, non-IID) are
     the paper's setting; ``reading`` the reading of the IID σ formula; ``on_empty`` what C does when no
-    client passes; ``n_train`` / ``n_test`` / ``data_seed`` / ``dirichlet_alpha`` fix the data split
+    client passes, ``c_reading`` C's reading (:data:`C_READINGS`; only C runs take another); ``n_train`` / ``n_test`` / ``data_seed`` / ``dirichlet_alpha`` fix the data split
     (:func:`load_experiment`); ``local_passes`` and ``alpha`` the local per-sample SGD.
     """
 
@@ -425,10 +444,12 @@ class WuRun(RunConfig):
     dirichlet_alpha: Optional[float] = None
     local_passes: int = 1
     alpha: float = 1e-4
+    c_reading: str = "sum/round"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self.protocol, "protocol", PROTOCOLS)
+        one_of(self.c_reading, "c_reading", C_READINGS)
         one_of(self.scenario, "scenario", ("non-personalized", "personalized"))
         one_of(self.aggregation, "aggregation", AGGREGATIONS)
         one_of(self.reading, "reading", SIGMA_READINGS)
@@ -459,13 +480,14 @@ class WuRun(RunConfig):
         elif self.aggregation == "B":
             agg = WeightedBySigma([m.sigma for m in mechs])
         else:
-            agg = ProbabilitySelection([m.sigma for m in mechs], on_empty=self.on_empty)
+            agg = ProbabilitySelection([m.sigma for m in mechs], on_empty=self.on_empty, reading=self.c_reading)
         return SignOf(agg) if self.protocol == "noniid" else agg
 
     def labels(self) -> dict:
         """The run's labels in a history: experiment, kind, profile, aggregation, seed, reading."""
         return {"experiment": self.experiment, "kind": self.scenario, "profile": self.profile,
-                "aggregation": self.aggregation, "seed": self.seed, "reading": self.reading}
+                "aggregation": self.aggregation, "seed": self.seed, "reading": self.reading,
+                "c_reading": self.c_reading if self.aggregation == "C" else None}
 
     def group_key(self) -> Any:
         """Every run of one experiment (all profiles, aggregations and seeds) is trained together."""
@@ -504,8 +526,9 @@ class WuRun(RunConfig):
 
 def configs(exp: "Experiment", seeds: Sequence[int], *, reading: str = "sqrt_all", on_empty: str = "keep",
             local_passes: int = 1, alpha: float = 1e-4, rounds: Optional[int] = None,
-            aggregations: Sequence[str] = AGGREGATIONS) -> list[WuRun]:
-    """The paper's grid for one experiment (:func:`grid_scenarios`), for every seed, as typed runs."""
+            aggregations: Sequence[str] = AGGREGATIONS, c_reading: str = "sum/round") -> list[WuRun]:
+    """The paper's grid for one experiment (:func:`grid_scenarios`), for every seed, as typed runs (C in the
+    reading ``c_reading``)."""
     s = exp.setting
     out = []
     for seed in seeds:
@@ -518,7 +541,7 @@ def configs(exp: "Experiment", seeds: Sequence[int], *, reading: str = "sqrt_all
                 q=float(s.get("q", 1.0)) if exp.protocol == "iid" else 1.0,
                 l2=s.get("l2") if exp.protocol == "noniid" else None, reading=reading, on_empty=on_empty,
                 data_seed=exp.data_seed, dirichlet_alpha=exp.dirichlet_alpha if exp.protocol == "noniid" else None,
-                local_passes=local_passes, alpha=alpha))
+                local_passes=local_passes, alpha=alpha, c_reading=c_reading if agg == "C" else "sum/round"))
     return out
 
 
@@ -558,6 +581,7 @@ PARAMETERS = {
     "covertype_train_size": P.pos_int, "mnist_extension": P.boolean,
     "sigma_reading": P.choice(*SIGMA_READINGS),
     "compare_reading": P.list_of(P.choice(*[k for k in _EXPERIMENT_KEYS if k.startswith("iid")])),
+    "compare_c_reading": P.list_of(P.choice(*_EXPERIMENT_KEYS)),
     "dirichlet_alpha": P.pos_float, "on_empty": P.choice(*ON_EMPTY), "local_passes": P.pos_int,
     "alpha": P.pos_float, "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
 }
@@ -567,10 +591,13 @@ def chapter_experiment(key: str, p: Mapping[str, Any]) -> Experiment:
     """The data of the chapter's experiment ``key`` at its parameters ``p`` (the notebook's names): one of the
     paper's ("iid digits", ... at the paper's setting, Covertype with ``covertype_train_size`` training samples,
     non-IID with ``dirichlet_alpha``), "iid mnist" (our extension: real MNIST under the digits protocol, 2,000 test
-    images) or "iid covertype_raw" (Covertype's no-noise run on the raw numeric columns)."""
+    images), "noniid mnist" (real MNIST at the paper's non-IID "MNIST" settings: 10 clients, 10 rounds, 2,400 test
+    images, 9,600 training images) or "iid covertype_raw" (Covertype's no-noise run on the raw numeric columns)."""
     protocol, name = key.split()
     if key == "iid mnist":
         return load_experiment("mnist", "iid", SETTINGS["iid"]["digits"], test_size=2000)
+    if key == "noniid mnist":  # the paper's non-IID "MNIST" settings (N = 10, R = 10, 2,400 test) on real MNIST
+        return load_experiment("mnist", "noniid", SETTINGS["noniid"]["digits"], dirichlet_alpha=p["dirichlet_alpha"])
     if key == "iid covertype_raw":
         no_noise_only = {**SETTINGS["iid"]["covertype"], "epsilons": [], "profiles": {}}  # grid = the no-noise run
         return load_experiment("covertype_raw", "iid", no_noise_only, train_size=p["covertype_train_size"])
@@ -579,12 +606,33 @@ def chapter_experiment(key: str, p: Mapping[str, Any]) -> Experiment:
                            train_size=p["covertype_train_size"] if name == "covertype" else None)
 
 
+def c_readings_table(final: pd.DataFrame) -> pd.DataFrame:
+    """Final accuracy (%) of the personalized profiles, mean over seeds, per experiment and profile: A, B and C in
+    each reading of :data:`C_READINGS` (``final``: :func:`final_rounds` of the runs, ``c_reading`` labelled), with
+    the mean over profiles as the last row of each experiment and the ranking of the columns there."""
+    pers = final[final["kind"] == "personalized"].copy()
+    pers["column"] = [a if a != "C" else f"C {cr}" for a, cr in zip(pers["aggregation"], pers["c_reading"])]
+    t = pers.groupby(["experiment", "profile", "column"], sort=False)["accuracy"].mean().mul(100).unstack("column")
+    cols = [c for c in ["A", "B"] + [f"C {r}" for r in C_READINGS] if c in t.columns]
+    t = t[cols]
+    rows = []
+    for exp, g in t.groupby(level="experiment", sort=False):
+        mean = g.mean()
+        rows.append(g.round(1).assign(ranking=""))
+        rows.append(pd.DataFrame([mean.round(1).tolist() + [" > ".join(mean.sort_values(ascending=False).index)]],
+                                 columns=cols + ["ranking"],
+                                 index=pd.MultiIndex.from_tuples([(exp, "mean over profiles")], names=t.index.names)))
+    return pd.concat(rows)
+
+
 def grid(p: Mapping[str, Any]) -> list[tuple[str, WuRun]]:
     """The chapter's runs from its parameters ``p`` (the notebook's names, e.g. a parameter file over the defaults),
     as (experiment, run) pairs in the notebook's order: the paper's grid (:func:`configs`) for every experiment of
     ``experiments`` under ``sigma_reading`` (labelled with the experiment's key, "iid digits"); with "iid covertype",
     its no-noise run on the raw numeric columns ("iid covertype_raw"); the IID experiments of ``compare_reading``
-    under the other reading ("iid digits (other reading)"); with ``mnist_extension``, real MNIST ("iid mnist").
+    under the other reading ("iid digits (other reading)"); with ``mnist_extension``, real MNIST ("iid mnist", "noniid
+    mnist"); the experiments of ``compare_c_reading`` with aggregation C in its other readings (:data:`C_READINGS`,
+    "iid digits (C max/round)", C runs only).
 
     A run's configuration holds its data split's sizes, so this loads each experiment's data (seconds;
     :func:`chapter_experiment`); training needs only the configuration (:meth:`WuRun.train_group` reloads the
@@ -608,6 +656,11 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, WuRun]]:
                 for c in configs(data(key), seeds, reading=OTHER_READING[p["sigma_reading"]], **opts)]
     if p["mnist_extension"]:
         out += [("iid mnist", c) for c in configs(data("iid mnist"), seeds, reading=p["sigma_reading"], **opts)]
+        out += [("noniid mnist", c) for c in configs(data("noniid mnist"), seeds, reading=p["sigma_reading"], **opts)]
+    for key in p.get("compare_c_reading", []):
+        for cr in C_READINGS[1:]:
+            out += [(f"{key} (C {cr})", c) for c in configs(data(key), seeds, reading=p["sigma_reading"], c_reading=cr,
+                                                             **opts) if c.aggregation == "C"]
     return out
 
 
