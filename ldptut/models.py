@@ -103,6 +103,23 @@ class CNNPool(CNN2):
         return layers, c2 * (h // 4) * (w // 4)
 
 
+class FedAvgCNN(CNN2):
+    """McMahan et al.'s "CNN" (AISTATS 2017, Section 3): conv(32, 5x5)-ReLU-maxpool2-conv(64, 5x5)-ReLU-maxpool2-
+    FC(512)-ReLU-FC(classes); 1,663,370 weights on MNIST. The standard FL CNN, and a second reading of LDP-FL's
+    "two-layer CNN" (two convolutions, like :class:`CNN2`). McMahan et al. do not say the padding; we pad by 2
+    ("same"), as TensorFlow Federated's version of the model does.
+    """
+
+    def __init__(self, *, input_shape: Sequence[int], num_classes: int):
+        super().__init__(input_shape=input_shape, num_classes=num_classes, channels=(32, 64), hidden=512)
+
+    @staticmethod
+    def _features(c: int, h: int, w: int, c1: int, c2: int) -> tuple[nn.Module, int]:
+        layers = nn.Sequential(nn.Conv2d(c, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                               nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
+        return layers, c2 * (h // 4) * (w // 4)
+
+
 class SmallVGG(nn.Module):
     """A small VGG for 32x32 inputs: blocks of two 3x3 convs (channels per block), max-pool after each.
 
@@ -153,6 +170,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp_600_100_nobias": lambda **kw: MLP(hidden=(600, 100), bias=False, **kw),
     "cnn2": CNN2,
     "cnn_pool": CNNPool,
+    "cnn_fedavg": FedAvgCNN,  # McMahan et al. 2017's CNN (LDP-FL's "two-layer CNN", a second reading)
     "small_vgg": SmallVGG,
     "resnet18": resnet18_cifar,
     "resnet18_bn": lambda **kw: resnet18_cifar(norm="batch", **kw),

@@ -178,6 +178,10 @@ def test_models_build_and_count():
         assert m(torch.zeros(2, *shape)).shape == (2, 10)
     assert models.count_parameters(models.build_model("logreg", input_shape=(1, 28, 28), num_classes=10)) == 7850
     assert models.count_parameters(models.build_model("cnn2", input_shape=(1, 28, 28), num_classes=10)) == 1199882
+    # McMahan et al. 2017's CNN: 5x5x32 + 32, 5x5x32x64 + 64, 3136x512 + 512, 512x10 + 10 weights
+    fedavg = models.build_model("cnn_fedavg", input_shape=(1, 28, 28), num_classes=10)
+    assert models.count_parameters(fedavg) == 832 + 51264 + 1606144 + 5130 == 1663370
+    assert fedavg(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     a = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=5)
     b = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=5)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

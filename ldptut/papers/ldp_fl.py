@@ -147,7 +147,7 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
 #: cell holds the defaults, ``book/params/ldp_fl-*-paper.yaml`` the paper-scale values).
 PARAMETERS = {
     "seed": P.nonneg_int, "seeds": P.list_of(P.nonneg_int), "headline_seeds": P.list_of(P.nonneg_int),
-    "dataset": P.choice("mnist", "fashion_mnist", "cifar10"), "model_name": P.choice("mlp", "cnn2", "small_vgg", "logreg"),
+    "dataset": P.choice("mnist", "fashion_mnist", "cifar10"), "model_name": P.choice("mlp", "cnn2", "cnn_fedavg", "small_vgg", "logreg"),
     "n_clients": P.pos_int, "rounds": P.pos_int, "client_fraction": P.fraction, "local_epochs": P.pos_int,
     "batch_size": P.pos_int, "lr": P.pos_float, "epsilons": P.list_of(P.pos_float),
     "table1_epsilons": P.list_of(P.pos_float), "fixed_center": P.real, "fixed_radius": P.pos_float,
