@@ -49,6 +49,7 @@ BLOCK = 1024
 KINDS = {"TwoPoint": 0, "Laplace": 1, "Piecewise": 2, "Hybrid": 3, "RandomizedResponse": 4}
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _SEED_HIGH = 2 ** 62
+_MAX_ROWS = 65_535
 
 
 def available() -> bool:
@@ -140,7 +141,7 @@ if triton is not None:
         base = row * n_cols
         xr = tl.load(x_ptr + base + cols, mask=mask, other=0.0)
         x = xr.to(tl.float32)
-        finite = (x == x) & (tl.abs(x) < float("inf"))
+        finite = (x == x) & (tl.abs(x) <= 3.4028234663852886e38)  # not NaN, not +-inf (largest float32)
         if KIND == 4:  # randomized response: the input must be a bit
             ok = (x == 0.0) | (x == 1.0)
         else:
@@ -171,7 +172,7 @@ if triton is not None:
                 u2 = tl.minimum(tl.maximum((u - beta) / one_minus_beta, 0.0), 1.0)
                 y = tl.where(use_pm, pm, _two_point(w, u2, c, r, a))
         yo = y.to(out_ptr.dtype.element_ty)
-        overflow = (tl.abs(yo.to(tl.float32)) == float("inf")) & mask
+        overflow = (tl.abs(yo.to(tl.float32)) > 3.4028234663852886e38) & mask  # inf in the output dtype
         tl.atomic_add(bad_ptr + 1, tl.sum(overflow.to(tl.int32), axis=0))
         tl.store(out_ptr + base + cols, yo, mask=mask)
 
@@ -225,9 +226,13 @@ def privatize_rows(mech, x: Tensor, seeds: Tensor, *, uniforms: Optional[Tensor]
         kind, k = 0, [a, 0.0, 0.0, 0.0, 0.0]
     u = uniforms.contiguous().to(torch.float32) if uniforms is not None else x
     bad = torch.zeros(2, dtype=torch.int32, device=x.device)
-    grid = (triton.cdiv(cols, BLOCK), rows)
-    _mechanism_kernel[grid](x, out, u, seeds.to(x.device), c, r, bad, *strides, cols, *k, beta, one_minus_beta, a,
-                            KIND=kind, U_FROM_MEMORY=uniforms is not None, BLOCK_SIZE=BLOCK)
+    seeds = seeds.to(x.device)
+    for lo in range(0, rows, _MAX_ROWS):  # CUDA grids allow 65,535 blocks along the second axis
+        hi = min(rows, lo + _MAX_ROWS)
+        c_part, r_part = (c[lo:hi], r[lo:hi]) if c.ndim == 2 else (c, r)  # (rows, cols) views; (1,) for kind 4
+        _mechanism_kernel[(triton.cdiv(cols, BLOCK), hi - lo)](
+            x[lo:hi], out[lo:hi], u[lo:hi] if uniforms is not None else u, seeds[lo:hi], c_part, r_part, bad, *strides,
+            cols, *k, beta, one_minus_beta, a, KIND=kind, U_FROM_MEMORY=uniforms is not None, BLOCK_SIZE=BLOCK)
     n_bad, n_overflow = bad.tolist()
     if n_bad:
         if kind == 4:

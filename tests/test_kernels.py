@@ -173,3 +173,13 @@ def test_dispatch(monkeypatch):
     assert not kernels.usable(type("MyTwoPoint", (TwoPoint,), {})(epsilon=1.0), Cuda())  # subclasses may differ
     monkeypatch.setenv("LDPTUT_FUSED", "0")
     assert not kernels.usable(TwoPoint(epsilon=1.0), Cuda())
+
+
+def test_more_rows_than_one_grid_axis_holds_are_launched_in_chunks(monkeypatch):
+    """CUDA grids allow 65,535 blocks on the rows' axis: rows beyond it go in further launches, same reports."""
+    mech = Piecewise(epsilon=1.0, center=torch.linspace(-1, 1, 50), radius=0.5)
+    x = torch.randn(7, 50, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    seeds = _seeds(*range(100, 107))
+    whole = kernels.privatize_rows(mech, x, seeds)
+    monkeypatch.setattr(kernels, "_MAX_ROWS", 3)
+    assert torch.equal(kernels.privatize_rows(mech, x, seeds), whole)
