@@ -463,16 +463,16 @@ class FLConfig:
         if not isinstance(self.train_eval, bool):
             raise ValueError(f"train_eval must be True or False, got {self.train_eval!r}")
         pos_int(self.train_eval_every, "train_eval_every")
-
-    def train_eval_at(self, round: int) -> bool:
-        """Whether training accuracy is recorded after ``round``: every ``train_eval_every`` rounds and the last."""
-        return self.train_eval and (round % self.train_eval_every == 0 or round == self.rounds)
         fraction(self.client_fraction, "client_fraction")
         one_of(self.send, "send", ("weights", "updates"))
         pos_int(self.eval_batch_size, "eval_batch_size")
         one_of(self.on_divergence, "on_divergence", ("raise", "stop"))
         if self.divergence_factor is not None and real(self.divergence_factor, "divergence_factor") <= 1:
             raise ValueError(f"divergence_factor must be > 1 or None, got {self.divergence_factor}")
+
+    def train_eval_at(self, round: int) -> bool:
+        """Whether training accuracy is recorded after ``round``: every ``train_eval_every`` rounds and the last."""
+        return self.train_eval and (round % self.train_eval_every == 0 or round == self.rounds)
 
 
 @dataclass
