@@ -101,8 +101,8 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
       the base's batch size);
     * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction;
     * "steps" (reproduction steps, when ``steps_rounds`` is given): ``steps_rounds`` rounds with training accuracy
-      recorded (``train_eval``; at the base's rounds, the last, and every gcd of the two), non-private, ``sensitivity_epsilon`` with the fixed range, and clipping to the
-      fixed range without noise (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise").
+      recorded (``train_eval``: after every gcd of the base's rounds and ``steps_rounds``, so at both), non-private,
+      ``sensitivity_epsilon`` with the fixed range, and clipping to the fixed range without noise (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise").
 
     ``parts`` selects experiments by name (default: all).
     """
