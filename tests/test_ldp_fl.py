@@ -1,7 +1,10 @@
 """ldptut.papers.ldp_fl: the paper's settings and numbers, its experiment grid as typed runs, and the
 paper-vs-ours table matched on the runs' typed configurations."""
+import dataclasses
+
 import pandas as pd
 import pytest
+import torch
 
 from ldptut.experiments import FedAvgRun, Runner
 from ldptut.fl import FixedRange, GlobalModelRange
@@ -145,3 +148,71 @@ def test_clip_only_runs_take_a_range_and_no_epsilon():
         base.replace(mechanism="clip")
     with pytest.raises(ValueError, match="train_eval"):
         base.replace(train_eval="yes")
+
+
+# ---- the local-computation search on a validation split (issue 16, CIFAR-10) ------------------------------------
+def test_validation_runs_hold_out_training_examples_and_never_touch_the_test_set():
+    from ldptut.data import load_dataset
+
+    ds = load_dataset("digits")
+    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=1, lr=0.1)
+    held = ldp_fl.ValidationRun(**{k: getattr(base, k) for k in ("paper", "dataset", "model", "n_clients",
+                                                                  "rounds", "lr")}, validation=300)
+    n = ds.x_train.shape[0]
+    tags = torch.arange(n, dtype=torch.float32)[:, None, None, None].expand(n, *ds.input_shape)
+    tagged = dataclasses.replace(ds, x_train=tags.contiguous())  # every pixel of example i holds i
+    cut = held.data(tagged)
+    val, train = cut.x_test[:, 0, 0, 0].long(), cut.x_train[:, 0, 0, 0].long()
+    assert len(val) == 300 and len(train) == n - 300
+    # the validation examples are training examples, disjoint from what the clients train on, with their labels
+    assert sorted(torch.cat([val, train]).tolist()) == list(range(n))
+    assert torch.equal(cut.y_test, ds.y_train[val]) and torch.equal(cut.y_train, ds.y_train[train])
+    # the same split for every run seed, so settings are compared on the same examples
+    assert torch.equal(held.replace(seed=3).data(tagged).x_test, cut.x_test)
+    assert held.key() != held.replace(validation=301).key() and "validation" in held.to_dict(defaults=False)
+    with pytest.raises(ValueError, match="validation"):
+        held.replace(validation=0)
+    with pytest.raises(ValueError, match="leaves no training data"):
+        held.replace(validation=n).data(ds)
+
+
+def test_search_runs_on_validation_and_the_choice_ignores_test_results():
+    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    grid = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 1.0), adaptive=ADAPTIVE, sensitivity_epsilon=2.0,
+                          search=[{}, {"batch_size": 10, "momentum": 0.9}], validation=300, parts=["search"])
+    assert [(type(c).__name__, c.batch_size, c.momentum, c.mechanism) for _, c in grid] == [
+        ("ValidationRun", 32, 0.0, None), ("ValidationRun", 32, 0.0, "two_point"),
+        ("ValidationRun", 10, 0.9, None), ("ValidationRun", 10, 0.9, "two_point")]
+    only = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 1.0), adaptive=ADAPTIVE, search=[{}],
+                          validation=300, search_private=False, parts=["search"])
+    assert [c.mechanism for _, c in only] == [None]
+    with pytest.raises(ValueError, match="may vary"):
+        ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 1.0), adaptive=ADAPTIVE, search=[{"rounds": 5}])
+    recs = Runner(None, progress=False).record_all(grid)
+    t = ldp_fl.local_table(recs)
+    assert len(t) == 4 and set(t["on"]) == {"validation (300 held out)"} and (t["seeds"] == 1).all()
+
+    def record(config, acc):
+        return RunRecord(config=config, history=pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc]}))
+
+    slow, fast = grid[0][1], grid[2][1]
+    assert ldp_fl.chosen_local([record(slow, 0.5), record(fast, 0.6)]) == {
+        "local_epochs": 1, "batch_size": 10, "optimizer": "sgd", "lr": 0.1, "momentum": 0.9}
+    # a run on test, however good, and private runs do not enter the choice; a diverged run loses
+    test_run = base.replace(batch_size=7)
+    assert ldp_fl.chosen_local([record(slow, 0.5), record(fast, float("nan")), record(test_run, 0.99),
+                                record(grid[3][1], 0.99)])["batch_size"] == 32
+    assert ldp_fl.chosen_local([record(test_run, 0.9)]) is None
+    pairs = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0, 1], epsilon=2.0, rule=ADAPTIVE)
+    assert [(type(c).__name__, c.batch_size, c.seed, c.epsilon) for _, c in pairs] == [
+        ("FedAvgRun", 10, 0, None), ("FedAvgRun", 10, 0, 2.0), ("FedAvgRun", 10, 1, None), ("FedAvgRun", 10, 1, 2.0)]
+
+
+def test_search_settings_are_checked_as_chapter_parameters():
+    from ldptut.notebooks import check_parameters
+
+    check_parameters({"search": [{}, {"batch_size": 10}]}, {"search": ldp_fl.PARAMETERS["search"]})
+    with pytest.raises(ValueError, match="may vary"):
+        check_parameters({"search": [{"seed": 1}]}, {"search": ldp_fl.PARAMETERS["search"]})
+    with pytest.raises(ValueError, match="dict"):
+        check_parameters({"search": [10]}, {"search": ldp_fl.PARAMETERS["search"]})

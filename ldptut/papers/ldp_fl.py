@@ -9,18 +9,25 @@ and the round engine (:mod:`ldptut.fl`, Algorithm 1). Every ε here is **per wei
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
+import torch
 
+from .._validate import pos_int
+from ..data import Dataset
 from ..experiments import CLIP_ONLY, FedAvgRun
 from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
 from ..notebooks import P
+from ..rng import generator
 from . import Paper, Reported, mean_std
 
-__all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "chapter_run", "configs",
-           "PARAMETERS", "grid", "compare", "steps_table"]
+__all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
+           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "local_label", "local_table", "chosen_local",
+           "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -72,6 +79,59 @@ REPORTED = [
 ]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValidationRun(FedAvgRun):
+    """A :class:`~ldptut.experiments.FedAvgRun` trained without ``validation`` examples of the training set and
+    evaluated on them instead of the test set: for choosing the local computation the paper leaves unstated
+    (Section 5 gives lr and rounds only), never on test. The held-out examples are the last ``validation`` of a
+    fixed shuffle of the training set (seed 0, the same for every run seed); the clients' IID shards come from the
+    rest, so each client holds ``(N - validation) / n_clients`` examples. Its history's "accuracy" and "loss" are on
+    the validation split."""
+
+    kind: ClassVar[str] = "ldp_fl_validation"
+    #: a setting that blows up is a result of the search (recorded as diverged), not an error
+    on_divergence: ClassVar[str] = "stop"
+
+    validation: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        pos_int(self.validation, "validation")
+
+    def data(self, ds: Dataset) -> Dataset:
+        ds = super().data(ds)
+        n = ds.x_train.shape[0]
+        if self.validation >= n:
+            raise ValueError(f"validation = {self.validation} leaves no training data: {ds.name} has {n} training "
+                             f"examples; hold out fewer")
+        perm = torch.randperm(n, generator=generator(0, "ldp-fl-validation-split")).to(ds.x_train.device)
+        train, val = perm[: n - self.validation], perm[n - self.validation:]
+        return dataclasses.replace(ds, x_train=ds.x_train[train], y_train=ds.y_train[train],
+                                   x_test=ds.x_train[val], y_test=ds.y_train[val])
+
+    def label(self) -> str:
+        return f"{super().label()}, {local_label(self)}, on validation"
+
+
+#: The local-computation settings a search may vary (:func:`configs`' ``search``), all fields of FedAvgRun.
+LOCAL_KEYS = ("local_epochs", "batch_size", "optimizer", "lr", "momentum")
+
+
+def check_local(setting: Any) -> None:
+    """A search setting: a dict over :data:`LOCAL_KEYS` (e.g. ``{"batch_size": 10, "momentum": 0.9}``)."""
+    if not isinstance(setting, Mapping):
+        raise ValueError(f"a search setting must be a dict over {list(LOCAL_KEYS)}, got {setting!r}")
+    unknown = sorted(set(setting) - set(LOCAL_KEYS))
+    if unknown:
+        raise ValueError(f"search settings may vary {list(LOCAL_KEYS)} only; got {unknown} in {dict(setting)}")
+
+
+def local_label(run: FedAvgRun) -> str:
+    """"batch 10, 1 local epoch(s), sgd lr 0.015 momentum 0.9": a run's local computation."""
+    mom = f" momentum {run.momentum:g}" if run.momentum else ""
+    return f"batch {run.batch_size}, {run.local_epochs} local epoch(s), {run.optimizer} lr {run.lr:g}{mom}"
+
+
 def chapter_run(*, dataset: str, model: str, n_clients: int, rounds: int, lr: float, client_fraction: float = 1.0,
                 local_epochs: int = 1, batch_size: int = 32, seed: int = 0) -> FedAvgRun:
     """The chapter's non-private run (Algorithm 1 without perturbation: IID shards, weights sent, server mean)."""
@@ -90,6 +150,7 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
             sensitivity_epsilon: float = 1.0, sensitivity_range: str = "fixed",
             sensitivity_batch_sizes: Iterable[int] = (), sensitivity_local_epochs: Iterable[int] = (),
             clients_grid: Iterable[int] = (), fraction_grid: Iterable[float] = (), steps_rounds: Optional[int] = None,
+            search: Sequence[Mapping[str, Any]] = (), validation: int = 5000, search_private: bool = True,
             parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedAvgRun]]:
     """The chapter's experiment grid as (experiment, run) pairs, every run for every seed of ``seeds``.
 
@@ -102,7 +163,12 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction;
     * "steps" (reproduction steps, when ``steps_rounds`` is given): ``steps_rounds`` rounds with training accuracy
       recorded (``train_eval``: after every gcd of the base's rounds and ``steps_rounds``, so at both), non-private,
-      ``sensitivity_epsilon`` with the fixed range, and clipping to the fixed range without noise (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise").
+      ``sensitivity_epsilon`` with the fixed range, and clipping to the fixed range without noise (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise");
+    * "search" (the local computation the paper leaves unstated, chosen on a validation split, never on test):
+      per setting of ``search`` (a dict over :data:`LOCAL_KEYS` that replaces the base's values), a
+      :class:`ValidationRun` holding out ``validation`` training examples, non-private and, with ``search_private``,
+      ``sensitivity_epsilon`` with the ``sensitivity_range`` rule. The runs on test at the chosen setting depend on
+      these results: :func:`chosen_configs`.
 
     ``parts`` selects experiments by name (default: all).
     """
@@ -140,6 +206,14 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
         add("steps", longer)
         add("steps", private(longer, sensitivity_epsilon, fixed))
         add("steps", longer.replace(mechanism=CLIP_ONLY, range=fixed))
+    for setting in search:
+        check_local(setting)
+        held = ValidationRun(**{f.name: getattr(base, f.name) for f in dataclasses.fields(FedAvgRun)},
+                             validation=validation).replace(**setting)
+        if search_private:
+            pair("search", held)
+        else:
+            add("search", held)
     return [(e, c) for e, c in out if parts is None or e in parts]
 
 
@@ -155,7 +229,8 @@ PARAMETERS = {
     "sensitivity_batch_sizes": P.list_of(P.pos_int), "sensitivity_local_epochs": P.list_of(P.pos_int),
     "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
     "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
-    "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
+    "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(lambda v: check_local(v)),
+    "validation": P.pos_int, "search_private": P.boolean, "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
     "device": P.device,
 }
 
@@ -172,7 +247,8 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
                    table1_epsilons=p["table1_epsilons"], sensitivity_epsilon=p["sensitivity_epsilon"],
                    sensitivity_range=p["sensitivity_range"], sensitivity_batch_sizes=p["sensitivity_batch_sizes"],
                    sensitivity_local_epochs=p["sensitivity_local_epochs"], clients_grid=p["clients_grid"],
-                   fraction_grid=p["fraction_grid"], steps_rounds=p.get("steps_rounds"))
+                   fraction_grid=p["fraction_grid"], steps_rounds=p.get("steps_rounds"), search=p.get("search", ()),
+                   validation=p.get("validation", 5000), search_private=p.get("search_private", True))
 
 
 def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
@@ -243,6 +319,63 @@ def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.D
     agg = t.groupby(keys, sort=False)[cols].mean().round(1)
     agg["seeds"] = t.groupby(keys, sort=False)["seed"].nunique()
     return agg.reset_index()
+
+
+def _local_of(run: FedAvgRun) -> dict[str, Any]:
+    return {k: getattr(run, k) for k in LOCAL_KEYS}
+
+
+def local_table(records: Iterable[Any]) -> pd.DataFrame:
+    """Runs by local computation (the search's :class:`ValidationRun` records, and runs on test) as a table: per
+    local computation, data the accuracy is measured on ("validation (N held out)" or "test") and run (non-private
+    or ε per weight per round), the final accuracy (%, mean and sample std over seeds), the best round's, and the
+    runs that diverged; rows in the order of ``records``."""
+    rows = []
+    for rec in records:
+        c = rec.config
+        acc = 100 * rec.history["accuracy"]
+        diverged = "diverged" in rec.history and bool(rec.history["diverged"].fillna(False).astype(bool).any())
+        rows.append({"local computation": local_label(c),
+                     "on": f"validation ({c.validation} held out)" if isinstance(c, ValidationRun) else "test",
+                     "run": "non-private" if c.mechanism is None else f"ε = {c.epsilon:g} per weight per round",
+                     "seed": c.seed, "rounds": c.rounds, "final": float(acc.iloc[-1]), "best round": float(acc.max()),
+                     "diverged": diverged})
+    if not rows:
+        return pd.DataFrame(columns=["local computation", "on", "run", "accuracy (%)", "seeds"])
+    t = pd.DataFrame(rows)
+    g = t.groupby(["local computation", "on", "run"], sort=False)
+    out = g[["rounds"]].first()
+    out["accuracy (%)"] = g["final"].mean().round(1)
+    out["std"] = g["final"].std().round(1)
+    out["best round (%)"] = g["best round"].mean().round(1)
+    out["seeds"] = g["seed"].nunique()
+    out["diverged"] = g["diverged"].sum()
+    return out.reset_index()
+
+
+def chosen_local(records: Iterable[Any]) -> Optional[dict[str, Any]]:
+    """The local computation of the search (:class:`ValidationRun` records) whose non-private runs end with the
+    highest mean validation accuracy (the first of equals; a diverged run counts as -inf); None without search
+    runs. Test data never enter."""
+    scores: dict[tuple, list[float]] = {}
+    for rec in records:
+        c = rec.config
+        if isinstance(c, ValidationRun) and c.mechanism is None:
+            final = float(rec.history["accuracy"].iloc[-1])
+            scores.setdefault(tuple(_local_of(c).items()), []).append(-math.inf if math.isnan(final) else final)
+    if not scores:
+        return None
+    best = max(scores, key=lambda k: sum(scores[k]) / len(scores[k]))  # max keeps the first of equals
+    return dict(best)
+
+
+def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
+                   rule: FixedRange | GlobalModelRange) -> list[tuple[str, FedAvgRun]]:
+    """The runs on test at the chosen local computation ``local`` (:func:`chosen_local`): non-private and ``epsilon``
+    per weight per round with ``rule``, per seed, as ("chosen", run) pairs."""
+    check_local(local)
+    run = base.replace(**local)
+    return [("chosen", r.replace(seed=s)) for s in seeds for r in (run, private(run, epsilon, rule))]
 
 
 # ------------------------------------------------------------------------------------- stored runs
