@@ -216,3 +216,14 @@ def test_search_settings_are_checked_as_chapter_parameters():
         check_parameters({"search": [{"seed": 1}]}, {"search": ldp_fl.PARAMETERS["search"]})
     with pytest.raises(ValueError, match="dict"):
         check_parameters({"search": [10]}, {"search": ldp_fl.PARAMETERS["search"]})
+
+
+def test_compare_leaves_out_validation_runs_and_the_searchs_optimizers():
+    """A run scored on the validation split, or trained with momentum, is not the paper's setting (plain SGD at lr)."""
+    held = ldp_fl.ValidationRun(**{f: v for f, v in FedAvgRun(
+        paper="ldp_fl", dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03, mechanism="two_point",
+        epsilon=1.0, range=FIXED_MNIST).to_dict(defaults=False).items() if f != "kind"}, validation=5000)
+    rows = [_run(seed=0, accuracy=85.0), _run(seed=1, accuracy=99.0, momentum=0.9)]
+    rows.append({**_run(seed=2, accuracy=98.0), "config": held})
+    head = ldp_fl.compare(pd.DataFrame(rows)).set_index("claim").loc["mnist ε=1 n=100 fixed (0, 0.075)"]
+    assert head["ours (%)"] == "85.0 (1 seed)"

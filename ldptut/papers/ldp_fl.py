@@ -251,6 +251,12 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
                    validation=p.get("validation", 5000), search_private=p.get("search_private", True))
 
 
+def _on_test_with_plain_sgd(c: Any) -> bool:
+    """A run :func:`compare` may match: scored on test, plain SGD (no momentum), no training-accuracy repeat."""
+    return (not isinstance(c, ValidationRun) and not getattr(c, "train_eval", False)
+            and getattr(c, "optimizer", "sgd") == "sgd" and not getattr(c, "momentum", 0.0))
+
+
 def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
             client_fraction: float = 1.0) -> pd.DataFrame:
     """LDP-FL's reported accuracies next to ours from runs (``ldptut.runcache.load_runs`` or a Runner table).
@@ -260,7 +266,8 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
     the paper does not state) and fraction of clients; "ours" is their final test accuracy, mean ± std over
     seeds (sample std), and "non-private" the same for the non-private runs with identical settings and the
     same seeds. Runs of the "steps" experiment (``train_eval``, which repeat a training with more evaluation, or
-    run longer) are left out. "fixed" is the paper's fixed range for the data set (:data:`FIXED_RANGE`), "adaptive" our
+    run longer), the search's runs on a validation split (:class:`ValidationRun`) and runs with another optimizer
+    than plain SGD (the search's choices) are left out. "fixed" is the paper's fixed range for the data set (:data:`FIXED_RANGE`), "adaptive" our
     rule (:class:`~ldptut.fl.GlobalModelRange`). The paper's numbers are training accuracy (``REPORTED``).
     """
     need = {"dataset", "n_clients", "epsilon", "config", "mechanism", "batch_size", "local_epochs",
@@ -274,7 +281,7 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
         dataset, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
         same = runs[(runs["dataset"] == dataset) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
                     & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)
-                    & ~runs["config"].map(lambda c: getattr(c, "train_eval", False)).astype(bool)]
+                    & runs["config"].map(_on_test_with_plain_sgd).astype(bool)]
         if rule == "fixed":
             target = FixedRange(*FIXED_RANGE[dataset])
             matches = same["config"].map(lambda c: getattr(c, "range", None) == target)
