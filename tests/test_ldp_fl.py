@@ -227,3 +227,16 @@ def test_compare_leaves_out_validation_runs_and_the_searchs_optimizers():
     rows.append({**_run(seed=2, accuracy=98.0), "config": held})
     head = ldp_fl.compare(pd.DataFrame(rows)).set_index("claim").loc["mnist ε=1 n=100 fixed (0, 0.075)"]
     assert head["ours (%)"] == "85.0 (1 seed)"
+
+
+def test_sensitivity_settings_add_a_private_and_non_private_pair_per_local_computation():
+    """(c) of the issue: batch 10 with 2 or 5 local epochs is one setting, not the batch and epochs grids' product."""
+    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    grid = ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_epsilon=1.0,
+                          sensitivity_settings=[{"batch_size": 10, "local_epochs": 2},
+                                                {"batch_size": 10, "local_epochs": 5}], parts=["sensitivity"])
+    assert [(c.batch_size, c.local_epochs, c.epsilon) for _, c in grid] == [
+        (10, 2, None), (10, 2, 1.0), (10, 5, None), (10, 5, 1.0)]
+    assert all(type(c) is FedAvgRun and c.range in (None, FIXED_MNIST) for _, c in grid)  # on test, fixed range
+    with pytest.raises(ValueError, match="may vary"):
+        ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_settings=[{"n_clients": 5}])

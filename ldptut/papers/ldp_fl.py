@@ -149,7 +149,8 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
             epsilons: Iterable[float] = (), table1_epsilons: Iterable[float] = (), headline_seeds: Sequence[int] = (),
             sensitivity_epsilon: float = 1.0, sensitivity_range: str = "fixed",
             sensitivity_batch_sizes: Iterable[int] = (), sensitivity_local_epochs: Iterable[int] = (),
-            clients_grid: Iterable[int] = (), fraction_grid: Iterable[float] = (), steps_rounds: Optional[int] = None,
+            sensitivity_settings: Sequence[Mapping[str, Any]] = (), clients_grid: Iterable[int] = (),
+            fraction_grid: Iterable[float] = (), steps_rounds: Optional[int] = None,
             search: Sequence[Mapping[str, Any]] = (), validation: int = 5000, search_private: bool = True,
             parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedAvgRun]]:
     """The chapter's experiment grid as (experiment, run) pairs, every run for every seed of ``seeds``.
@@ -158,8 +159,9 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
       non-private run and ε = ``sensitivity_epsilon`` also for ``headline_seeds``;
     * "table 1" (Table 1): every ε of ``table1_epsilons``, fixed and adaptive range;
     * "sensitivity" (what the paper leaves unstated): non-private and ``sensitivity_epsilon`` with the
-      ``sensitivity_range`` rule, per batch size (at the base's local epochs) and per local epochs (at
-      the base's batch size);
+      ``sensitivity_range`` rule, per batch size (at the base's local epochs), per local epochs (at
+      the base's batch size) and per setting of ``sensitivity_settings`` (dicts over :data:`LOCAL_KEYS`, e.g.
+      batch 10 with 2 local epochs);
     * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction;
     * "steps" (reproduction steps, when ``steps_rounds`` is given): ``steps_rounds`` rounds with training accuracy
       recorded (``train_eval``: after every gcd of the base's rounds and ``steps_rounds``, so at both), non-private,
@@ -196,6 +198,9 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
         pair("sensitivity", base.replace(batch_size=b))
     for e in sensitivity_local_epochs:
         pair("sensitivity", base.replace(local_epochs=e))
+    for setting in sensitivity_settings:
+        check_local(setting)
+        pair("sensitivity", base.replace(**setting))
     for n in clients_grid:
         pair("clients", base.replace(n_clients=n))
     for f in fraction_grid:
@@ -227,6 +232,7 @@ PARAMETERS = {
     "table1_epsilons": P.list_of(P.pos_float), "fixed_center": P.real, "fixed_radius": P.pos_float,
     "adaptive_margin": P.pos_float, "sensitivity_epsilon": P.pos_float, "sensitivity_range": P.choice("fixed", "adaptive"),
     "sensitivity_batch_sizes": P.list_of(P.pos_int), "sensitivity_local_epochs": P.list_of(P.pos_int),
+    "sensitivity_settings": P.list_of(lambda v: check_local(v)),
     "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
     "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
     "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(lambda v: check_local(v)),
@@ -246,7 +252,8 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
                    adaptive=GlobalModelRange(margin=p["adaptive_margin"]), epsilons=p["epsilons"],
                    table1_epsilons=p["table1_epsilons"], sensitivity_epsilon=p["sensitivity_epsilon"],
                    sensitivity_range=p["sensitivity_range"], sensitivity_batch_sizes=p["sensitivity_batch_sizes"],
-                   sensitivity_local_epochs=p["sensitivity_local_epochs"], clients_grid=p["clients_grid"],
+                   sensitivity_local_epochs=p["sensitivity_local_epochs"],
+                   sensitivity_settings=p.get("sensitivity_settings", ()), clients_grid=p["clients_grid"],
                    fraction_grid=p["fraction_grid"], steps_rounds=p.get("steps_rounds"), search=p.get("search", ()),
                    validation=p.get("validation", 5000), search_private=p.get("search_private", True))
 
