@@ -240,3 +240,20 @@ def test_sensitivity_settings_add_a_private_and_non_private_pair_per_local_compu
     assert all(type(c) is FedAvgRun and c.range in (None, FIXED_MNIST) for _, c in grid)  # on test, fixed range
     with pytest.raises(ValueError, match="may vary"):
         ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_settings=[{"n_clients": 5}])
+
+
+def test_search_summary_lists_the_search_and_the_test_runs_at_the_chosen_setting_only():
+    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    held = ldp_fl.ValidationRun(**{k: getattr(base, k) for k in ("paper", "dataset", "model", "n_clients", "rounds",
+                                                                  "lr")}, validation=300)
+
+    def record(config, acc):
+        return RunRecord(config=config, history=pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc]}))
+
+    recs = [record(held, 0.5), record(held.replace(batch_size=10), 0.7), record(base, 0.6),
+            record(base.replace(batch_size=10), 0.8), record(base.replace(batch_size=10, rounds=3), 0.9),
+            record(base.replace(batch_size=10, train_eval=True), 0.95)]
+    t = ldp_fl.search_summary(recs)
+    assert t["on"].tolist() == ["validation (300 held out)"] * 2 + ["test"]
+    assert t["accuracy (%)"].tolist() == [50.0, 70.0, 80.0] and set(t["data"]) == {"digits"}
+    assert ldp_fl.search_summary([record(base, 0.6)]).empty

@@ -26,7 +26,7 @@ from ..rng import generator
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "local_label", "local_table", "chosen_local",
+           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "local_label", "local_table", "search_summary", "chosen_local",
            "chosen_configs"]
 
 PAPER = Paper(
@@ -381,6 +381,27 @@ def chosen_local(records: Iterable[Any]) -> Optional[dict[str, Any]]:
         return None
     best = max(scores, key=lambda k: sum(scores[k]) / len(scores[k]))  # max keeps the first of equals
     return dict(best)
+
+
+def search_summary(records: Iterable[Any]) -> pd.DataFrame:
+    """Per data set with search runs among ``records`` (stored runs of any kind): the search on validation and the
+    runs on test at the setting :func:`chosen_local` picks (same data set, clients and rounds), as
+    :func:`local_table` rows with a "data" column. The paper-vs-ours table for a page whose local computation was
+    chosen."""
+    records = list(records)
+    out = []
+    for name in dict.fromkeys(r.config.dataset for r in records if isinstance(r.config, ValidationRun)):
+        searched = [r for r in records if isinstance(r.config, ValidationRun) and r.config.dataset == name]
+        local = chosen_local(searched)
+        ref = searched[0].config
+        tested = [r for r in records if type(r.config) is not ValidationRun and r.config.dataset == name
+                  and not getattr(r.config, "train_eval", False) and r.config.n_clients == ref.n_clients
+                  and r.config.rounds == ref.rounds and _local_of(r.config) == local]
+        out.append(local_table(searched + tested).assign(data=name))
+    if not out:
+        return pd.DataFrame(columns=["data", "local computation", "on", "run", "accuracy (%)", "seeds"])
+    t = pd.concat(out, ignore_index=True)
+    return t[["data"] + [c for c in t.columns if c != "data"]]
 
 
 def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
