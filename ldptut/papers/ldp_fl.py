@@ -26,8 +26,8 @@ from ..rng import generator
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "local_label", "local_table", "search_summary", "chosen_local",
-           "chosen_configs"]
+           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "check_local", "local_label",
+           "local_table", "search_summary", "chosen_local", "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -232,10 +232,10 @@ PARAMETERS = {
     "table1_epsilons": P.list_of(P.pos_float), "fixed_center": P.real, "fixed_radius": P.pos_float,
     "adaptive_margin": P.pos_float, "sensitivity_epsilon": P.pos_float, "sensitivity_range": P.choice("fixed", "adaptive"),
     "sensitivity_batch_sizes": P.list_of(P.pos_int), "sensitivity_local_epochs": P.list_of(P.pos_int),
-    "sensitivity_settings": P.list_of(lambda v: check_local(v)),
+    "sensitivity_settings": P.list_of(check_local),
     "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
     "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
-    "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(lambda v: check_local(v)),
+    "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(check_local),
     "validation": P.pos_int, "search_private": P.boolean, "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
     "device": P.device,
 }
