@@ -197,7 +197,8 @@ def test_search_runs_on_validation_and_the_choice_ignores_test_results():
 
     slow, fast = grid[0][1], grid[2][1]
     assert ldp_fl.chosen_local([record(slow, 0.5), record(fast, 0.6)]) == {
-        "local_epochs": 1, "batch_size": 10, "optimizer": "sgd", "lr": 0.1, "momentum": 0.9}
+        "local_epochs": 1, "batch_size": 10, "optimizer": "sgd", "lr": 0.1, "momentum": 0.9} == ldp_fl.local_of(fast)
+    assert ldp_fl.local_of(base) == ldp_fl.local_of(slow) != ldp_fl.local_of(fast)
     # a run on test, however good, and private runs do not enter the choice; a diverged run loses
     test_run = base.replace(batch_size=7)
     assert ldp_fl.chosen_local([record(slow, 0.5), record(fast, float("nan")), record(test_run, 0.99),

@@ -27,7 +27,7 @@ from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
            "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "check_local", "local_label",
-           "local_table", "search_summary", "chosen_local", "chosen_configs"]
+           "local_table", "local_of", "search_summary", "chosen_local", "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -335,7 +335,8 @@ def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.D
     return agg.reset_index()
 
 
-def _local_of(run: FedAvgRun) -> dict[str, Any]:
+def local_of(run: FedAvgRun) -> dict[str, Any]:
+    """The local computation of ``run``: its values of :data:`LOCAL_KEYS` (the keys a search setting may vary)."""
     return {k: getattr(run, k) for k in LOCAL_KEYS}
 
 
@@ -376,7 +377,7 @@ def chosen_local(records: Iterable[Any]) -> Optional[dict[str, Any]]:
         c = rec.config
         if isinstance(c, ValidationRun) and c.mechanism is None:
             final = float(rec.history["accuracy"].iloc[-1])
-            scores.setdefault(tuple(_local_of(c).items()), []).append(-math.inf if math.isnan(final) else final)
+            scores.setdefault(tuple(local_of(c).items()), []).append(-math.inf if math.isnan(final) else final)
     if not scores:
         return None
     best = max(scores, key=lambda k: sum(scores[k]) / len(scores[k]))  # max keeps the first of equals
@@ -396,7 +397,7 @@ def search_summary(records: Iterable[Any]) -> pd.DataFrame:
         ref = searched[0].config
         tested = [r for r in records if type(r.config) is not ValidationRun and r.config.dataset == name
                   and not getattr(r.config, "train_eval", False) and r.config.n_clients == ref.n_clients
-                  and r.config.rounds == ref.rounds and _local_of(r.config) == local]
+                  and r.config.rounds == ref.rounds and local_of(r.config) == local]
         out.append(local_table(searched + tested).assign(data=name))
     if not out:
         return pd.DataFrame(columns=["data", "local computation", "on", "run", "accuracy (%)", "seeds"])
