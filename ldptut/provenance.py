@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["NUMERICS", "numerics_flag", "package_commit", "cpu_model", "cpu_capability", "device_name", "machine_summary", "provenance"]
+__all__ = ["NUMERICS", "numerics_flag", "package_commit", "IMPORTED_COMMIT", "cpu_model", "cpu_capability", "device_name", "machine_summary", "provenance"]
 
 
 #: Version of the package's numerics: what the numbers of a stored configuration depend on (random streams, local
@@ -44,6 +44,12 @@ def package_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return sha + ("-dirty" if dirty else "")
+
+
+#: :func:`package_commit` when this process imported ldptut: the code a result computed in this process ran. A
+#: record stored an hour later names this commit, not the HEAD of that moment (later commits, or edits, do not
+#: reach a process that has already imported the package).
+IMPORTED_COMMIT = package_commit()
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,9 +89,9 @@ def machine_summary() -> str:
 
 
 def provenance(*, device: Any = "cpu", seconds: Optional[float] = None) -> dict:
-    """The provenance of a result computed now: commit, UTC date, device, torch version, :data:`NUMERICS`, wall
-    seconds."""
-    out = {"commit": package_commit(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    """The provenance of a result computed now by this process: commit (:data:`IMPORTED_COMMIT`), UTC date, device,
+    torch version, :data:`NUMERICS`, wall seconds."""
+    out = {"commit": IMPORTED_COMMIT, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "device": device_name(device), "torch": torch.__version__, "numerics": NUMERICS}
     if seconds is not None:
         out["seconds"] = round(float(seconds), 3)

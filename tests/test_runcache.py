@@ -244,3 +244,17 @@ def test_records_keep_their_numerics_version_and_pages_flag_older_ones(tmp_path,
     assert later.provenance()["code"].tolist() == [f"older code (numerics v{provenance.NUMERICS - 1}, "
                                                    f"now v{provenance.NUMERICS})"]
     assert provenance.numerics_flag(None) == provenance.numerics_flag(1)  # records from before the field: v1
+
+
+def test_a_record_names_the_commit_its_process_imported_not_the_head_when_stored(tmp_path, monkeypatch):
+    """Training can outlast a commit: the record must name the code that ran (the commit at import)."""
+    from ldptut import provenance
+
+    assert provenance.IMPORTED_COMMIT and provenance.IMPORTED_COMMIT == provenance.provenance()["commit"]
+
+    def later_head():
+        raise AssertionError("the stored commit must not be looked up when the record is stored")
+
+    monkeypatch.setattr(provenance, "package_commit", later_head)
+    rec = RunCache(tmp_path).run(_cfg(), lambda: _history(0.5))
+    assert rec.provenance["commit"] == provenance.IMPORTED_COMMIT
