@@ -207,6 +207,22 @@ def test_search_runs_on_validation_and_the_choice_ignores_test_results():
     pairs = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0, 1], epsilon=2.0, rule=ADAPTIVE)
     assert [(type(c).__name__, c.batch_size, c.seed, c.epsilon) for _, c in pairs] == [
         ("FedAvgRun", 10, 0, None), ("FedAvgRun", 10, 0, 2.0), ("FedAvgRun", 10, 1, None), ("FedAvgRun", 10, 1, 2.0)]
+    # Table 1 at the chosen setting: both range rules per ε, the pair's own private run not repeated
+    fixed = FixedRange(0.0, 1.0)
+    t1 = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0], epsilon=2.0, rule=ADAPTIVE,
+                               table1_epsilons=[2.0, 5.0], fixed=fixed, adaptive=ADAPTIVE)
+    assert [(c.epsilon, c.range) for _, c in t1] == [(None, None), (2.0, ADAPTIVE), (2.0, fixed), (5.0, fixed),
+                                                     (5.0, ADAPTIVE)]
+    assert {e for e, _ in t1} == {"chosen"} and all(c.batch_size == 10 for _, c in t1)
+    with pytest.raises(ValueError, match="both range rules"):
+        ldp_fl.chosen_configs(base, {}, seeds=[0], epsilon=2.0, rule=ADAPTIVE, table1_epsilons=[5.0], fixed=fixed)
+    # the range is part of a run's label, so fixed and adaptive runs at one ε are never averaged together
+    t = ldp_fl.local_table([record(c, 0.5) for _, c in t1])
+    assert t["run"].tolist() == ["non-private", "ε = 2 per weight per round, adaptive range",
+                                 "ε = 2 per weight per round, fixed range (0, 1)",
+                                 "ε = 5 per weight per round, fixed range (0, 1)",
+                                 "ε = 5 per weight per round, adaptive range"] and (t["seeds"] == 1).all()
+    assert [ldp_fl.range_label(c) for _, c in t1[:3]] == ["", "adaptive range", "fixed range (0, 1)"]
 
 
 def test_search_settings_are_checked_as_chapter_parameters():

@@ -27,7 +27,7 @@ from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
            "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "check_local", "local_label",
-           "local_table", "local_of", "search_summary", "chosen_local", "chosen_configs"]
+           "local_table", "local_of", "range_label", "run_label", "search_summary", "chosen_local", "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -236,7 +236,7 @@ PARAMETERS = {
     "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
     "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
     "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(check_local),
-    "validation": P.pos_int, "search_private": P.boolean, "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
+    "validation": P.pos_int, "search_private": P.boolean, "chosen_table1_epsilons": P.list_of(P.pos_float), "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
     "device": P.device,
 }
 
@@ -335,6 +335,24 @@ def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.D
     return agg.reset_index()
 
 
+def range_label(run: FedAvgRun) -> str:
+    """"fixed range (0, 1)", "adaptive range", or "" for a run without a range (non-private)."""
+    if run.range is None:
+        return ""
+    return (f"fixed range ({run.range.center:g}, {run.range.radius:g})" if isinstance(run.range, FixedRange)
+            else "adaptive range")
+
+
+def run_label(run: FedAvgRun) -> str:
+    """"non-private", or "ε = 10 per weight per round, adaptive range" / "..., fixed range (0, 1)"."""
+    if run.mechanism is None:
+        return "non-private"
+    rng = range_label(run)
+    if run.mechanism == CLIP_ONLY:
+        return f"clipping to the {rng} only (no noise)"
+    return f"ε = {run.epsilon:g} per weight per round, {rng}"
+
+
 def local_of(run: FedAvgRun) -> dict[str, Any]:
     """The local computation of ``run``: its values of :data:`LOCAL_KEYS` (the keys a search setting may vary)."""
     return {k: getattr(run, k) for k in LOCAL_KEYS}
@@ -342,8 +360,8 @@ def local_of(run: FedAvgRun) -> dict[str, Any]:
 
 def local_table(records: Iterable[Any]) -> pd.DataFrame:
     """Runs by local computation (the search's :class:`ValidationRun` records, and runs on test) as a table: per
-    local computation, data the accuracy is measured on ("validation (N held out)" or "test") and run (non-private
-    or ε per weight per round), the final accuracy (%, mean and sample std over seeds), the best round's, and the
+    local computation, data the accuracy is measured on ("validation (N held out)" or "test") and run (:func:`run_label`:
+    non-private, or ε per weight per round and range), the final accuracy (%, mean and sample std over seeds), the best round's, and the
     runs that diverged; rows in the order of ``records``."""
     rows = []
     for rec in records:
@@ -352,7 +370,7 @@ def local_table(records: Iterable[Any]) -> pd.DataFrame:
         diverged = "diverged" in rec.history and bool(rec.history["diverged"].fillna(False).astype(bool).any())
         rows.append({"local computation": local_label(c),
                      "on": f"validation ({c.validation} held out)" if isinstance(c, ValidationRun) else "test",
-                     "run": "non-private" if c.mechanism is None else f"ε = {c.epsilon:g} per weight per round",
+                     "run": run_label(c),
                      "seed": c.seed, "rounds": c.rounds, "final": float(acc.iloc[-1]), "best round": float(acc.max()),
                      "diverged": diverged})
     if not rows:
@@ -406,12 +424,21 @@ def search_summary(records: Iterable[Any]) -> pd.DataFrame:
 
 
 def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
-                   rule: FixedRange | GlobalModelRange) -> list[tuple[str, FedAvgRun]]:
+                   rule: FixedRange | GlobalModelRange, table1_epsilons: Iterable[float] = (),
+                   fixed: Optional[FixedRange] = None,
+                   adaptive: Optional[GlobalModelRange] = None) -> list[tuple[str, FedAvgRun]]:
     """The runs on test at the chosen local computation ``local`` (:func:`chosen_local`): non-private and ``epsilon``
-    per weight per round with ``rule``, per seed, as ("chosen", run) pairs."""
+    per weight per round with ``rule``, and Table 1 there (every ε of ``table1_epsilons`` with the ``fixed`` and the
+    ``adaptive`` range), per seed, as ("chosen", run) pairs without repeats."""
     check_local(local)
+    table1_epsilons = list(table1_epsilons)
+    if table1_epsilons and (fixed is None or adaptive is None):
+        raise ValueError("chosen_configs: table1_epsilons needs both range rules, fixed= and adaptive=")
     run = base.replace(**local)
-    return [("chosen", r.replace(seed=s)) for s in seeds for r in (run, private(run, epsilon, rule))]
+    runs = [run, private(run, epsilon, rule)]
+    runs += [private(run, eps, r) for eps in table1_epsilons for r in (fixed, adaptive)]
+    out = [("chosen", r.replace(seed=s)) for s in seeds for r in runs]
+    return list({c.key(): (e, c) for e, c in out}.values())
 
 
 # ------------------------------------------------------------------------------------- stored runs
