@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["NUMERICS", "numerics_flag", "package_commit", "IMPORTED_COMMIT", "cpu_model", "cpu_capability", "device_name", "machine_summary", "provenance"]
+__all__ = ["NUMERICS", "numerics_flag", "package_commit", "IMPORTED_COMMIT", "cpu_model", "cpu_capability",
+           "device_name", "machine_summary", "provenance"]
 
 
 #: Version of the package's numerics: what the numbers of a stored configuration depend on (random streams, local

@@ -80,3 +80,17 @@ def test_every_parameter_file_passes_its_chapters_check(path):
     assert chapter.is_file(), f"{path.name} names no chapter"
     values = yaml.safe_load(path.read_text())
     _run_parameter_cells(chapter, **values)
+
+
+def test_the_shared_t_interval_against_its_closed_form():
+    import pandas as pd
+
+    from ldptut.papers import format_interval, t_interval
+    lo, hi = t_interval(pd.Series([1.0, 2.0, 3.0]))  # mean 2, s = 1, t(0.975, 2) = 4.302653
+    assert (lo, hi) == pytest.approx((2 - 4.302653 / 3 ** 0.5, 2 + 4.302653 / 3 ** 0.5), abs=1e-5)
+    lo90, hi90 = t_interval(pd.Series([1.0, 2.0, 3.0]), level=0.9)  # t(0.95, 2) = 2.919986
+    assert hi90 - lo90 == pytest.approx(2 * 2.919986 / 3 ** 0.5, abs=1e-5)
+    assert t_interval(pd.Series([5.0])) is None and format_interval(pd.Series([5.0])) == ""
+    assert format_interval(pd.Series([1.0, 2.0, 3.0])) == "[-0.5, 4.5]"
+    with pytest.raises(ValueError, match="level"):
+        t_interval(pd.Series([1.0, 2.0]), level=95)

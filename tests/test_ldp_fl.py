@@ -51,10 +51,12 @@ def test_claims_match_runs_of_the_same_setting_only():
     head = table.loc["mnist ε=1 n=100 fixed (0, 0.075)"]
     assert head["paper (%)"] == 96.24
     assert head["ours (%)"] == "86.0 ± 1.4 (2 seeds)"           # mean 86, sample std sqrt(2)
+    assert head["95 % CI"] == "[73.3, 98.7]"                  # 86 ± t(0.975, 1) 1.414 / sqrt(2) = 86 ± 12.7
     assert head["ours non-private (%)"] == "93.0 ± 1.4 (2 seeds)"
-    assert "cnn2, 10 rounds, lr 0.03, batch 32" in head["settings"]
+    assert "cnn2, 10 rounds, sgd lr 0.03, batch 32" in head["settings"]
     assert table.loc["Table 1 mnist ε=5 adaptive", "ours (%)"] == "91.0 (1 seed)"
     assert table.loc["Table 1 mnist ε=5 fixed", "ours (%)"] == "90.0 (1 seed)"
+    assert table.loc["Table 1 mnist ε=5 fixed", "95 % CI"] == ""   # one seed: no interval
     assert table.loc["Table 1 mnist ε=10 fixed", "ours (%)"] == "not run"
     assert table.loc["fashion_mnist ε=4 n=200 fixed (0, 0.015)", "ours (%)"] == "not run"
 
@@ -70,6 +72,14 @@ def test_a_fixed_range_of_another_radius_is_not_the_papers_claim():
 def test_other_local_computation_is_selectable_and_empty_runs_give_not_run():
     runs = pd.DataFrame([_run(batch_size=10, accuracy=92.1)])
     assert ldp_fl.compare(runs, batch_size=10).iloc[0]["ours (%)"] == "92.1 (1 seed)"
+    adam = pd.DataFrame([_run(batch_size=10, optimizer="adam", lr=0.001, accuracy=95.0),
+                         _run(batch_size=10, optimizer="adam", lr=0.01, accuracy=50.0)])
+    assert ldp_fl.compare(adam, batch_size=10).iloc[0]["ours (%)"] == "not run"   # plain SGD by default
+    at = ldp_fl.compare(adam, batch_size=10, optimizer="adam", lr=0.001).iloc[0]
+    assert at["ours (%)"] == "95.0 (1 seed)" and "adam lr 0.001" in at["settings"]
+    assert ldp_fl.compare(adam, batch_size=10, optimizer="adam").iloc[0]["ours (%)"] == "72.5 ± 31.8 (2 seeds)"
+    only = ldp_fl.compare(adam, dataset="fashion_mnist")
+    assert len(only) == 5 and only["claim"].str.startswith(("fashion_mnist", "Table 1 fashion_mnist")).all()
     assert (ldp_fl.compare(pd.DataFrame())["ours (%)"] == "not run").all()
     with pytest.raises(ValueError, match="lacks the columns"):
         ldp_fl.compare(pd.DataFrame([{"dataset": "mnist"}]))
@@ -131,6 +141,8 @@ def test_steps_runs_record_training_accuracy_and_clip_without_noise():
     assert nonpriv["accuracy"].tolist() == clip["accuracy"].tolist()  # nothing clipped at r = 100
     t = ldp_fl.steps_table(recs, rounds=2)
     assert t["round"].tolist() == [2, 3] * 3 and (t["seeds"] == 1).all()
+    assert t["run"].unique().tolist() == ["non-private", "ε = 2 per weight per round, fixed range (0, 100)",
+                                          "clipping to the fixed range (0, 100) only (no noise)"]
     assert t.loc[t["run"] == "non-private", "train (global model, all training data)"].tolist() == [
         round(100 * nonpriv.set_index("round").loc[r, "train_accuracy"], 1) for r in (2, 3)]
     # compare() leaves the steps runs out (they repeat or extend the grid's trainings)
@@ -259,6 +271,19 @@ def test_sensitivity_settings_add_a_private_and_non_private_pair_per_local_compu
         ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_settings=[{"n_clients": 5}])
 
 
+def test_private_seeds_add_seeds_to_a_sensitivity_settings_private_run_only():
+    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    grid = ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, parts=["sensitivity"],
+                          sensitivity_settings=[{"batch_size": 10, "local_epochs": 5, "private_seeds": [0, 1, 2]}])
+    assert [(c.local_epochs, c.epsilon, c.seed) for _, c in grid] == [(5, None, 0), (5, 1.0, 0), (5, 1.0, 1),
+                                                                       (5, 1.0, 2)]
+    for bad in ([-1], [1.5], 2, [True]):
+        with pytest.raises(ValueError, match="private_seeds must be a list of seeds"):
+            ldp_fl.check_sensitivity_setting({"batch_size": 10, "private_seeds": bad})
+    with pytest.raises(ValueError, match="may vary"):
+        ldp_fl.check_sensitivity_setting({"rounds": 5, "private_seeds": [1]})
+
+
 def test_search_summary_lists_the_search_and_the_test_runs_at_the_chosen_setting_only():
     base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
     held = ldp_fl.ValidationRun(**{k: getattr(base, k) for k in ("paper", "dataset", "model", "n_clients", "rounds",
@@ -270,7 +295,11 @@ def test_search_summary_lists_the_search_and_the_test_runs_at_the_chosen_setting
     recs = [record(held, 0.5), record(held.replace(batch_size=10), 0.7), record(base, 0.6),
             record(base.replace(batch_size=10), 0.8), record(base.replace(batch_size=10, rounds=3), 0.9),
             record(base.replace(batch_size=10, train_eval=True), 0.95)]
-    t = ldp_fl.search_summary(recs)
+    t = ldp_fl.search_summary(recs[::-1])  # rows by local computation, whatever order the runs were stored in
+    assert t["local computation"].tolist() == [ldp_fl.local_label(c) for c in (held.replace(batch_size=10), held,
+                                                                                base.replace(batch_size=10))]
     assert t["on"].tolist() == ["validation (300 held out)"] * 2 + ["test"]
-    assert t["accuracy (%)"].tolist() == [50.0, 70.0, 80.0] and set(t["data"]) == {"digits"}
+    assert t["accuracy (%)"].tolist() == [70.0, 50.0, 80.0] and set(t["data"]) == {"digits"}
     assert ldp_fl.search_summary([record(base, 0.6)]).empty
+    assert ldp_fl.chosen_settings(recs) == {"digits": ldp_fl.local_of(held.replace(batch_size=10))}
+    assert ldp_fl.chosen_settings([record(base, 0.6)]) == {}

@@ -17,13 +17,14 @@ file, one test file and one ``_toc.yml`` entry.
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Optional
 
 import pandas as pd
 
-__all__ = ["Paper", "Reported", "PAPERS", "paper_modules", "mean_std"]
+__all__ = ["Paper", "Reported", "PAPERS", "paper_modules", "mean_std", "t_interval", "format_interval"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,24 @@ def mean_std(values: pd.Series, *, fmt: str = ".1f", count: bool = True) -> str:
     if len(values) == 1:
         return f"{values.iloc[0]:{fmt}}{seeds}"
     return f"{values.mean():{fmt}} ± {values.std():.1f}{seeds}"
+
+
+def t_interval(values: pd.Series, *, level: float = 0.95) -> Optional[tuple[float, float]]:
+    """Student's t confidence interval for the mean of ``values`` (one per seed; for paired differences, the
+    differences): mean ± t_{(1 + level) / 2, n - 1} s / sqrt(n), s the sample std; None with fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    from scipy.stats import t as _t
+
+    half = float(_t.ppf((1 + level) / 2, n - 1)) * float(values.std(ddof=1)) / math.sqrt(n)
+    m = float(values.mean())
+    return m - half, m + half
+
+
+def format_interval(values: pd.Series, *, level: float = 0.95, fmt: str = ".1f") -> str:
+    """:func:`t_interval` as "[lo, hi]", or "" with fewer than two values (an interval needs two seeds)."""
+    ci = t_interval(values, level=level)
+    return "" if ci is None else f"[{ci[0]:{fmt}}, {ci[1]:{fmt}}]"

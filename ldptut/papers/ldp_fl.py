@@ -23,11 +23,13 @@ from ..experiments import CLIP_ONLY, FedAvgRun
 from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
 from ..notebooks import P
 from ..rng import generator
-from . import Paper, Reported, mean_std
+from . import Paper, Reported, format_interval, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "check_local", "local_label",
-           "local_table", "local_of", "range_label", "run_label", "search_summary", "chosen_local", "chosen_configs"]
+           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "check_local",
+           "check_sensitivity_setting", "local_label",
+           "local_table", "local_of", "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings",
+           "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -126,6 +128,19 @@ def check_local(setting: Any) -> None:
         raise ValueError(f"search settings may vary {list(LOCAL_KEYS)} only; got {unknown} in {dict(setting)}")
 
 
+def check_sensitivity_setting(setting: Any) -> None:
+    """A sensitivity setting: a search setting (:func:`check_local`), optionally with ``private_seeds``, a list of
+    seeds run in addition to the chapter's for the setting's private run (e.g. ``{"batch_size": 10,
+    "local_epochs": 5, "private_seeds": [1, 2]}``)."""
+    if isinstance(setting, Mapping) and "private_seeds" in setting:
+        seeds = setting["private_seeds"]
+        if not isinstance(seeds, (list, tuple)) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            raise ValueError(f"private_seeds must be a list of seeds (integers >= 0), got {seeds!r} in {dict(setting)}")
+        setting = {k: v for k, v in setting.items() if k != "private_seeds"}
+    check_local(setting)
+
+
 def local_label(run: FedAvgRun) -> str:
     """"batch 10, 1 local epoch(s), sgd lr 0.015 momentum 0.9": a run's local computation."""
     mom = f" momentum {run.momentum:g}" if run.momentum else ""
@@ -161,11 +176,13 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     * "sensitivity" (what the paper leaves unstated): non-private and ``sensitivity_epsilon`` with the
       ``sensitivity_range`` rule, per batch size (at the base's local epochs), per local epochs (at
       the base's batch size) and per setting of ``sensitivity_settings`` (dicts over :data:`LOCAL_KEYS`, e.g.
-      batch 10 with 2 local epochs);
+      batch 10 with 2 local epochs; ``private_seeds`` adds seeds to the setting's private run only,
+      :func:`check_sensitivity_setting`);
     * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction;
     * "steps" (reproduction steps, when ``steps_rounds`` is given): ``steps_rounds`` rounds with training accuracy
       recorded (``train_eval``: after every gcd of the base's rounds and ``steps_rounds``, so at both), non-private,
-      ``sensitivity_epsilon`` with the fixed range, and clipping to the fixed range without noise (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise");
+      ``sensitivity_epsilon`` with the fixed range, and clipping to the fixed range without noise
+      (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise");
     * "search" (the local computation the paper leaves unstated, chosen on a validation split, never on test):
       per setting of ``search`` (a dict over :data:`LOCAL_KEYS` that replaces the base's values), a
       :class:`ValidationRun` holding out ``validation`` training examples, non-private and, with ``search_private``,
@@ -199,8 +216,12 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     for e in sensitivity_local_epochs:
         pair("sensitivity", base.replace(local_epochs=e))
     for setting in sensitivity_settings:
-        check_local(setting)
-        pair("sensitivity", base.replace(**setting))
+        check_sensitivity_setting(setting)
+        local = {k: v for k, v in setting.items() if k != "private_seeds"}
+        run = base.replace(**local)
+        add("sensitivity", run)
+        add("sensitivity", private(run, sensitivity_epsilon, rules[sensitivity_range]),
+            more_seeds=[s for s in setting.get("private_seeds", ()) if s not in seeds])
     for n in clients_grid:
         pair("clients", base.replace(n_clients=n))
     for f in fraction_grid:
@@ -226,17 +247,20 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
 #: cell holds the defaults, ``book/params/ldp_fl-*-paper.yaml`` the paper-scale values).
 PARAMETERS = {
     "seed": P.nonneg_int, "seeds": P.list_of(P.nonneg_int), "headline_seeds": P.list_of(P.nonneg_int),
-    "dataset": P.choice("mnist", "fashion_mnist", "cifar10"), "model_name": P.choice("mlp", "cnn2", "cnn_fedavg", "small_vgg", "logreg"),
+    "dataset": P.choice("mnist", "fashion_mnist", "cifar10"),
+    "model_name": P.choice("mlp", "cnn2", "cnn_fedavg", "small_vgg", "logreg"),
     "n_clients": P.pos_int, "rounds": P.pos_int, "client_fraction": P.fraction, "local_epochs": P.pos_int,
     "batch_size": P.pos_int, "lr": P.pos_float, "epsilons": P.list_of(P.pos_float),
     "table1_epsilons": P.list_of(P.pos_float), "fixed_center": P.real, "fixed_radius": P.pos_float,
-    "adaptive_margin": P.pos_float, "sensitivity_epsilon": P.pos_float, "sensitivity_range": P.choice("fixed", "adaptive"),
+    "adaptive_margin": P.pos_float, "sensitivity_epsilon": P.pos_float,
+    "sensitivity_range": P.choice("fixed", "adaptive"),
     "sensitivity_batch_sizes": P.list_of(P.pos_int), "sensitivity_local_epochs": P.list_of(P.pos_int),
-    "sensitivity_settings": P.list_of(check_local),
+    "sensitivity_settings": P.list_of(check_sensitivity_setting),
     "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
     "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
     "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(check_local),
-    "validation": P.pos_int, "search_private": P.boolean, "chosen_table1_epsilons": P.list_of(P.pos_float), "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
+    "validation": P.pos_int, "search_private": P.boolean, "chosen_table1_epsilons": P.list_of(P.pos_float),
+    "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
     "device": P.device,
 }
 
@@ -258,24 +282,30 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
                    validation=p.get("validation", 5000), search_private=p.get("search_private", True))
 
 
-def _on_test_with_plain_sgd(c: Any) -> bool:
-    """A run :func:`compare` may match: scored on test, plain SGD (no momentum), no training-accuracy repeat."""
+def _on_test_with(c: Any, optimizer: str, lr: Optional[float], momentum: float) -> bool:
+    """A run :func:`compare` may match: scored on test (no :class:`ValidationRun`, no training-accuracy repeat),
+    with this optimizer and momentum, and this lr unless ``lr`` is None."""
     return (not isinstance(c, ValidationRun) and not getattr(c, "train_eval", False)
-            and getattr(c, "optimizer", "sgd") == "sgd" and not getattr(c, "momentum", 0.0))
+            and getattr(c, "optimizer", "sgd") == optimizer and float(getattr(c, "momentum", 0.0)) == momentum
+            and (lr is None or getattr(c, "lr", None) == lr))
 
 
-def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
-            client_fraction: float = 1.0) -> pd.DataFrame:
+def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, client_fraction: float = 1.0,
+            optimizer: str = "sgd", lr: Optional[float] = None, momentum: float = 0.0,
+            dataset: Optional[str] = None) -> pd.DataFrame:
     """LDP-FL's reported accuracies next to ours from runs (``ldptut.runcache.load_runs`` or a Runner table).
 
     For each claim (Section 5.3 headline numbers and Table 1) the runs of the same data set, number of
     clients, ε (per weight per round) and range rule are selected, at the given local computation (which
-    the paper does not state) and fraction of clients; "ours" is their final test accuracy, mean ± std over
-    seeds (sample std), and "non-private" the same for the non-private runs with identical settings and the
-    same seeds. Runs of the "steps" experiment (``train_eval``, which repeat a training with more evaluation, or
-    run longer), the search's runs on a validation split (:class:`ValidationRun`) and runs with another optimizer
-    than plain SGD (the search's choices) are left out. "fixed" is the paper's fixed range for the data set (:data:`FIXED_RANGE`), "adaptive" our
-    rule (:class:`~ldptut.fl.GlobalModelRange`). The paper's numbers are training accuracy (``REPORTED``).
+    the paper does not state: batch, local epochs, optimizer and momentum, and ``lr`` unless None) and fraction of
+    clients; "ours" is their final test accuracy, mean ± std over seeds (sample std), "95 % CI" the Student t
+    interval of that mean over seeds (:func:`ldptut.papers.t_interval`; empty with one seed), and "non-private" the
+    same for the non-private runs with identical settings and the same seeds. Runs of the "steps" experiment
+    (``train_eval``, which repeat a training with more evaluation, or run longer) and the search's runs on a
+    validation split (:class:`ValidationRun`) are left out; the default local computation is plain SGD (the
+    search's choices, e.g. Adam, are compared with ``optimizer="adam", lr=...``). "fixed" is the paper's fixed range
+    for the data set (:data:`FIXED_RANGE`), "adaptive" our rule (:class:`~ldptut.fl.GlobalModelRange`). The
+    paper's numbers are training accuracy (``REPORTED``). With ``dataset``, only the claims on that data set.
     """
     need = {"dataset", "n_clients", "epsilon", "config", "mechanism", "batch_size", "local_epochs",
             "client_fraction", "accuracy", "seed", "model", "rounds", "lr"}
@@ -284,13 +314,13 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
     if not need <= set(runs.columns):
         raise ValueError(f"runs lacks the columns {sorted(need - set(runs.columns))}; use runcache.load_runs")
     rows = []
-    for claim in REPORTED:
-        dataset, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
-        same = runs[(runs["dataset"] == dataset) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
+    for claim in (c for c in REPORTED if dataset is None or c.where["dataset"] == dataset):
+        data, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
+        same = runs[(runs["dataset"] == data) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
                     & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)
-                    & runs["config"].map(_on_test_with_plain_sgd).astype(bool)]
+                    & runs["config"].map(lambda c: _on_test_with(c, optimizer, lr, momentum)).astype(bool)]
         if rule == "fixed":
-            target = FixedRange(*FIXED_RANGE[dataset])
+            target = FixedRange(*FIXED_RANGE[data])
             matches = same["config"].map(lambda c: getattr(c, "range", None) == target)
         else:
             matches = same["config"].map(lambda c: isinstance(getattr(c, "range", None), GlobalModelRange))
@@ -299,9 +329,11 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
         settings = ""
         if len(ours):
             first = ours.iloc[0]
-            settings = (f"{first['model']}, {first['rounds']} rounds, lr {first['lr']:g}, batch {batch_size}, "
-                        f"{local_epochs} local epoch(s)")
+            mom = f" momentum {momentum:g}" if momentum else ""
+            settings = (f"{first['model']}, {first['rounds']} rounds, {optimizer} lr {first['lr']:g}{mom}, "
+                        f"batch {batch_size}, {local_epochs} local epoch(s)")
         rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": mean_std(ours["accuracy"]),
+                     "95 % CI": format_interval(ours["accuracy"]),
                      "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
                      "settings": settings})
     return pd.DataFrame(rows)
@@ -309,17 +341,16 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1,
 
 def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.DataFrame:
     """Runs with training accuracy recorded (the "steps" of :func:`configs`; run records) as a table: per data set,
-    run kind (non-private, private, clipping only) and round (``rounds``, default the paper's for the data set, and
-    the runs' last), the test accuracy, the global model's accuracy on the whole training set, and the clients'
-    local models' accuracy on their own data (all %, mean over seeds; ``seeds`` counts them). The paper's headline
-    numbers are "training accuracy" (Fig. 5 caption); this shows both."""
+    run (:func:`run_label`: non-private, private with its range, clipping only) and round (``rounds``, default the
+    paper's for the data set, and the runs' last), the test accuracy, the global model's accuracy on the whole
+    training set, and the clients' local models' accuracy on their own data (all %, mean over seeds; ``seeds`` counts
+    them). The paper's headline numbers are "training accuracy" (Fig. 5 caption); this shows both."""
     out = []
     for rec in records:
         c, h = rec.config, rec.history.set_index("round")
         if "train_accuracy" not in h:
             continue
-        kind = ("non-private" if c.mechanism is None else "clipping only (no noise)" if c.mechanism == CLIP_ONLY
-                else f"ε = {c.epsilon:g} per weight per round")
+        kind = run_label(c)
         at = SETTINGS.get(c.dataset, {}).get("rounds", c.rounds) if rounds is None else rounds
         for r in sorted({min(at, c.rounds), c.rounds}):
             out.append({"data": c.dataset, "run": kind, "round": r, "seed": c.seed, "test": 100 * h.loc[r, "accuracy"],
@@ -360,8 +391,9 @@ def local_of(run: FedAvgRun) -> dict[str, Any]:
 
 def local_table(records: Iterable[Any]) -> pd.DataFrame:
     """Runs by local computation (the search's :class:`ValidationRun` records, and runs on test) as a table: per
-    local computation, data the accuracy is measured on ("validation (N held out)" or "test") and run (:func:`run_label`:
-    non-private, or ε per weight per round and range), the final accuracy (%, mean and sample std over seeds), the best round's, and the
+    local computation, data the accuracy is measured on ("validation (N held out)" or "test") and run
+    (:func:`run_label`: non-private, or ε per weight per round and range), the final accuracy (%, mean and sample std
+    over seeds), the best round's, and the
     runs that diverged; rows in the order of ``records``."""
     rows = []
     for rec in records:
@@ -402,16 +434,31 @@ def chosen_local(records: Iterable[Any]) -> Optional[dict[str, Any]]:
     return dict(best)
 
 
+def chosen_settings(records: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """Per data set with search runs (:class:`ValidationRun` records) among ``records``: the local computation
+    :func:`chosen_local` picks from that data set's search, in the order the data sets first appear."""
+    searched: dict[str, list[Any]] = {}
+    for rec in records:
+        if isinstance(rec.config, ValidationRun):
+            searched.setdefault(rec.config.dataset, []).append(rec)
+    return {name: chosen_local(recs) for name, recs in searched.items()}
+
+
 def search_summary(records: Iterable[Any]) -> pd.DataFrame:
     """Per data set with search runs among ``records`` (stored runs of any kind): the search on validation and the
     runs on test at the setting :func:`chosen_local` picks (same data set, clients and rounds), as
-    :func:`local_table` rows with a "data" column. The paper-vs-ours table for a page whose local computation was
-    chosen."""
-    records = list(records)
+    :func:`local_table` rows with a "data" column, sorted by local computation (optimizer, lr, momentum, batch, local
+    epochs), then non-private first, ε and range (not by the order the runs were stored in). The paper-vs-ours table
+    for a page whose local computation was chosen."""
+    def order(rec: Any) -> tuple:  # local computation, then non-private first, then ε, range and seed
+        c = rec.config
+        return (c.optimizer, c.lr, c.momentum, c.batch_size, c.local_epochs, c.mechanism is not None,
+                c.epsilon or 0.0, range_label(c), c.seed)
+
+    records = sorted(records, key=order)
     out = []
-    for name in dict.fromkeys(r.config.dataset for r in records if isinstance(r.config, ValidationRun)):
+    for name, local in chosen_settings(records).items():
         searched = [r for r in records if isinstance(r.config, ValidationRun) and r.config.dataset == name]
-        local = chosen_local(searched)
         ref = searched[0].config
         tested = [r for r in records if type(r.config) is not ValidationRun and r.config.dataset == name
                   and not getattr(r.config, "train_eval", False) and r.config.n_clients == ref.n_clients

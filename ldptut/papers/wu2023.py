@@ -45,7 +45,7 @@ from ..rng import generator
 from ..runcache import RunRecord, load_records
 from ..runconfig import RunConfig
 from ..training import PerSampleSGD
-from . import Paper, Reported, mean_std
+from . import Paper, Reported, mean_std, t_interval
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "paper_gaussian_sigma",
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
@@ -685,15 +685,8 @@ def final_rounds(history: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------- paper vs ours
 def paired_t_interval(diffs: pd.Series, *, level: float = 0.95) -> Optional[tuple[float, float]]:
     """Student's t confidence interval for the mean of paired differences (one per seed):
-    mean ± t_{(1 + level) / 2, n - 1} s / sqrt(n); None with fewer than two values."""
-    n = len(diffs)
-    if n < 2:
-        return None
-    from scipy.stats import t as _t
-
-    half = float(_t.ppf((1 + level) / 2, n - 1)) * float(diffs.std(ddof=1)) / math.sqrt(n)
-    m = float(diffs.mean())
-    return m - half, m + half
+    :func:`ldptut.papers.t_interval` of the differences; None with fewer than two values."""
+    return t_interval(diffs, level=level)
 
 
 def compare(final: pd.DataFrame) -> pd.DataFrame:
