@@ -216,18 +216,20 @@ def test_search_runs_on_validation_and_the_choice_ignores_test_results():
     assert ldp_fl.chosen_local([record(slow, 0.5), record(fast, float("nan")), record(test_run, 0.99),
                                 record(grid[3][1], 0.99)])["batch_size"] == 32
     assert ldp_fl.chosen_local([record(test_run, 0.9)]) is None
-    pairs = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0, 1], epsilon=2.0, rule=ADAPTIVE)
+    fixed = FixedRange(0.0, 1.0)
+    pairs = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0, 1], epsilon=2.0, fixed=fixed, adaptive=ADAPTIVE)
     assert [(type(c).__name__, c.batch_size, c.seed, c.epsilon) for _, c in pairs] == [
         ("FedAvgRun", 10, 0, None), ("FedAvgRun", 10, 0, 2.0), ("FedAvgRun", 10, 1, None), ("FedAvgRun", 10, 1, 2.0)]
     # Table 1 at the chosen setting: both range rules per ε, the pair's own private run not repeated
-    fixed = FixedRange(0.0, 1.0)
-    t1 = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0], epsilon=2.0, rule=ADAPTIVE,
+    t1 = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0], epsilon=2.0, rule="adaptive",
                                table1_epsilons=[2.0, 5.0], fixed=fixed, adaptive=ADAPTIVE)
     assert [(c.epsilon, c.range) for _, c in t1] == [(None, None), (2.0, ADAPTIVE), (2.0, fixed), (5.0, fixed),
                                                      (5.0, ADAPTIVE)]
     assert {e for e, _ in t1} == {"chosen"} and all(c.batch_size == 10 for _, c in t1)
-    with pytest.raises(ValueError, match="both range rules"):
-        ldp_fl.chosen_configs(base, {}, seeds=[0], epsilon=2.0, rule=ADAPTIVE, table1_epsilons=[5.0], fixed=fixed)
+    assert ldp_fl.chosen_configs(base, {}, seeds=[0], epsilon=2.0, rule="fixed", fixed=fixed,
+                                 adaptive=ADAPTIVE)[1][1].range == fixed
+    with pytest.raises(ValueError, match="rule must be one of"):
+        ldp_fl.chosen_configs(base, {}, seeds=[0], epsilon=2.0, rule=ADAPTIVE, fixed=fixed, adaptive=ADAPTIVE)
     # the range is part of a run's label, so fixed and adaptive runs at one ε are never averaged together
     t = ldp_fl.local_table([record(c, 0.5) for _, c in t1])
     assert t["run"].tolist() == ["non-private", "ε = 2 per weight per round, adaptive range",

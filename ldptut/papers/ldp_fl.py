@@ -471,18 +471,18 @@ def search_summary(records: Iterable[Any]) -> pd.DataFrame:
 
 
 def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
-                   rule: FixedRange | GlobalModelRange, table1_epsilons: Iterable[float] = (),
-                   fixed: Optional[FixedRange] = None,
-                   adaptive: Optional[GlobalModelRange] = None) -> list[tuple[str, FedAvgRun]]:
+                   fixed: FixedRange, adaptive: GlobalModelRange, rule: str = "adaptive",
+                   table1_epsilons: Iterable[float] = ()) -> list[tuple[str, FedAvgRun]]:
     """The runs on test at the chosen local computation ``local`` (:func:`chosen_local`): non-private and ``epsilon``
-    per weight per round with ``rule``, and Table 1 there (every ε of ``table1_epsilons`` with the ``fixed`` and the
-    ``adaptive`` range), per seed, as ("chosen", run) pairs without repeats."""
+    per weight per round with the range rule named ``rule`` ("fixed": ``fixed``, "adaptive": ``adaptive``), and
+    Table 1 there (every ε of ``table1_epsilons`` with both rules), per seed, as ("chosen", run) pairs without
+    repeats."""
     check_local(local)
-    table1_epsilons = list(table1_epsilons)
-    if table1_epsilons and (fixed is None or adaptive is None):
-        raise ValueError("chosen_configs: table1_epsilons needs both range rules, fixed= and adaptive=")
+    if rule not in RANGE_RULES:
+        raise ValueError(f"rule must be one of {sorted(RANGE_RULES)}, got {rule!r}")
+    rules = {"fixed": fixed, "adaptive": adaptive}
     run = base.replace(**local)
-    runs = [run, private(run, epsilon, rule)]
+    runs = [run, private(run, epsilon, rules[rule])]
     runs += [private(run, eps, r) for eps in table1_epsilons for r in (fixed, adaptive)]
     out = [("chosen", r.replace(seed=s)) for s in seeds for r in runs]
     return list({c.key(): (e, c) for e, c in out}.values())
