@@ -27,9 +27,8 @@ from . import Paper, Reported, format_interval, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
            "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "check_local",
-           "check_sensitivity_setting", "local_label",
-           "local_table", "local_of", "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings",
-           "chosen_configs"]
+           "check_sensitivity_setting", "local_label", "local_table", "local_of", "range_label", "run_label",
+           "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -393,8 +392,7 @@ def local_table(records: Iterable[Any]) -> pd.DataFrame:
     """Runs by local computation (the search's :class:`ValidationRun` records, and runs on test) as a table: per
     local computation, data the accuracy is measured on ("validation (N held out)" or "test") and run
     (:func:`run_label`: non-private, or ε per weight per round and range), the final accuracy (%, mean and sample std
-    over seeds), the best round's, and the
-    runs that diverged; rows in the order of ``records``."""
+    over seeds), the best round's, and the runs that diverged; rows in the order of ``records``."""
     rows = []
     for rec in records:
         c = rec.config
