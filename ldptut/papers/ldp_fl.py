@@ -364,10 +364,10 @@ def reported_at(dataset: str, *, epsilon: float, rule: str, n_clients: int) -> O
 
 def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.DataFrame:
     """Runs with training accuracy recorded (the "steps" of :func:`configs`; run records) as a table: per data set,
-    model, run (:func:`run_label`: non-private, private with its range, clipping only) and round (``rounds``, default the
-    paper's for the data set, and the runs' last), the test accuracy, the global model's accuracy on the whole
-    training set, and the clients' local models' accuracy on their own data (all %, mean over seeds; ``seeds`` counts
-    them). The paper's headline numbers are "training accuracy" (Fig. 5 caption); this shows both."""
+    model, run (:func:`run_label`: non-private, private with its range, clipping only) and round (``rounds``,
+    default the paper's for the data set, and the runs' last), the test accuracy, the global model's accuracy on the
+    whole training set, and the clients' local models' accuracy on their own data (all %, mean over seeds; ``seeds``
+    counts them). The paper's headline numbers are "training accuracy" (Fig. 5 caption); this shows both."""
     out = []
     for rec in records:
         c, h = rec.config, rec.history.set_index("round")
