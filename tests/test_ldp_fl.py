@@ -305,3 +305,65 @@ def test_search_summary_lists_the_search_and_the_test_runs_at_the_chosen_setting
     assert ldp_fl.search_summary([record(base, 0.6)]).empty
     assert ldp_fl.chosen_settings(recs) == {"digits": ldp_fl.local_of(held.replace(batch_size=10))}
     assert ldp_fl.chosen_settings([record(base, 0.6)]) == {}
+
+
+def test_compare_never_pools_models_and_lists_the_data_sets_model_first():
+    # two readings of "two-layer CNN" at the same claim: one row each, never one mean over both
+    runs = pd.DataFrame([_run(model="cnn_fedavg", seed=0, accuracy=97.0), _run(model="cnn_fedavg", mechanism=None,
+                                                                                accuracy=99.0),
+                         _run(seed=0, accuracy=85.0), _run(seed=0, mechanism=None, accuracy=92.0)])
+    table = ldp_fl.compare(runs, dataset="mnist")
+    head = table[table["claim"] == "mnist ε=1 n=100 fixed (0, 0.075)"]
+    assert head["ours (%)"].tolist() == ["85.0 (1 seed)", "97.0 (1 seed)"]          # cnn2 (SETTINGS) first
+    assert head["ours non-private (%)"].tolist() == ["92.0 (1 seed)", "99.0 (1 seed)"]
+    assert [s.split(",")[0] for s in head["settings"]] == ["cnn2", "cnn_fedavg"]
+    assert len(table) == 1 + len([c for c in ldp_fl.REPORTED if c.where["dataset"] == "mnist"])
+    only = ldp_fl.compare(runs, dataset="mnist", model="cnn_fedavg").set_index("claim")
+    assert only.loc["mnist ε=1 n=100 fixed (0, 0.075)", "ours (%)"] == "97.0 (1 seed)"
+    assert only.loc["Table 1 mnist ε=5 fixed", "ours (%)"] == "not run"
+
+
+def test_reported_at_finds_the_papers_number_for_a_setting_or_none():
+    assert ldp_fl.reported_at("mnist", epsilon=1.0, rule="fixed", n_clients=100).value == 96.24
+    assert ldp_fl.reported_at("mnist", epsilon=5.0, rule="adaptive", n_clients=100).value == 96.06
+    cifar = ldp_fl.reported_at("cifar10", epsilon=10.0, rule="adaptive", n_clients=500)
+    assert cifar.value == 61.46 and "5.3" in cifar.source                            # the headline before Table 1
+    assert ldp_fl.reported_at("mnist", epsilon=1.0, rule="fixed", n_clients=20) is None   # our default n
+    assert ldp_fl.reported_at("mnist", epsilon=2.0, rule="fixed", n_clients=100) is None
+
+
+def test_pick_rule_and_the_sensitivity_setting_split():
+    fixed = FixedRange(0.0, 1.0)
+    assert ldp_fl.pick_rule("fixed", fixed=fixed, adaptive=ADAPTIVE) is fixed
+    assert ldp_fl.pick_rule("adaptive", fixed=fixed, adaptive=ADAPTIVE) is ADAPTIVE
+    with pytest.raises(ValueError, match="sensitivity_range must be one of"):
+        ldp_fl.pick_rule("clip", fixed=fixed, adaptive=ADAPTIVE, what="sensitivity_range")
+    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    with pytest.raises(ValueError, match="sensitivity_range must be one of"):
+        ldp_fl.configs(base, seeds=[0], fixed=fixed, adaptive=ADAPTIVE, sensitivity_range="clip")
+    assert ldp_fl.check_sensitivity_setting({"batch_size": 10, "private_seeds": [1, 2]}) == ({"batch_size": 10},
+                                                                                             [1, 2])
+    assert ldp_fl.check_sensitivity_setting({"local_epochs": 5}) == ({"local_epochs": 5}, [])
+    with pytest.raises(ValueError, match="must be a dict"):
+        ldp_fl.check_sensitivity_setting([("batch_size", 10)])
+
+
+def test_local_table_leaves_std_empty_for_one_seed():
+    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+
+    def record(config, acc):
+        return RunRecord(config=config, history=pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc]}))
+
+    t = ldp_fl.local_table([record(base, 0.5), record(base.replace(seed=1), 0.7), record(base.replace(batch_size=10),
+                                                                                        0.6)])
+    assert t["std"].tolist() == [14.1, ""] and t["seeds"].tolist() == [2, 1]          # sample std of 50, 70
+
+
+def test_steps_table_never_pools_models():
+    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    h = pd.DataFrame({"round": [10], "accuracy": [0.9], "train_accuracy": [0.8], "client_train_accuracy": [0.7]})
+    recs = [RunRecord(config=base.replace(train_eval=True), history=h),
+            RunRecord(config=base.replace(train_eval=True, model="cnn_fedavg"), history=h.assign(accuracy=[0.5]))]
+    t = ldp_fl.steps_table(recs)
+    assert t["model"].tolist() == ["cnn2", "cnn_fedavg"] and t["test"].tolist() == [90.0, 50.0]
+    assert (t["seeds"] == 1).all()

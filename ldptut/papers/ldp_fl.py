@@ -26,9 +26,9 @@ from ..rng import generator
 from . import Paper, Reported, format_interval, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "PARAMETERS", "grid", "compare", "steps_table", "LOCAL_KEYS", "check_local",
-           "check_sensitivity_setting", "local_label", "local_table", "local_of", "range_label", "run_label",
-           "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
+           "configs", "PARAMETERS", "grid", "compare", "reported_at", "steps_table", "LOCAL_KEYS", "check_local",
+           "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of", "range_label",
+           "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -127,17 +127,28 @@ def check_local(setting: Any) -> None:
         raise ValueError(f"search settings may vary {list(LOCAL_KEYS)} only; got {unknown} in {dict(setting)}")
 
 
-def check_sensitivity_setting(setting: Any) -> None:
+def check_sensitivity_setting(setting: Any) -> tuple[dict[str, Any], list[int]]:
     """A sensitivity setting: a search setting (:func:`check_local`), optionally with ``private_seeds``, a list of
     seeds run in addition to the chapter's for the setting's private run (e.g. ``{"batch_size": 10,
-    "local_epochs": 5, "private_seeds": [1, 2]}``)."""
-    if isinstance(setting, Mapping) and "private_seeds" in setting:
-        seeds = setting["private_seeds"]
-        if not isinstance(seeds, (list, tuple)) or not all(
-                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-            raise ValueError(f"private_seeds must be a list of seeds (integers >= 0), got {seeds!r} in {dict(setting)}")
-        setting = {k: v for k, v in setting.items() if k != "private_seeds"}
-    check_local(setting)
+    "local_epochs": 5, "private_seeds": [1, 2]}``). Returns the two parts: (local computation, private seeds)."""
+    if not isinstance(setting, Mapping):
+        check_local(setting)  # raises: not a dict
+    seeds = setting.get("private_seeds", [])
+    if not isinstance(seeds, (list, tuple)) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ValueError(f"private_seeds must be a list of seeds (integers >= 0), got {seeds!r} in {dict(setting)}")
+    local = {k: v for k, v in setting.items() if k != "private_seeds"}
+    check_local(local)
+    return local, list(seeds)
+
+
+def pick_rule(name: str, *, fixed: FixedRange, adaptive: GlobalModelRange,
+              what: str = "rule") -> FixedRange | GlobalModelRange:
+    """The range rule called ``name`` ("fixed": ``fixed``, "adaptive": ``adaptive``); ``what`` names the parameter
+    in the error for any other name."""
+    if name not in RANGE_RULES:
+        raise ValueError(f"{what} must be one of {sorted(RANGE_RULES)}, got {name!r}")
+    return {"fixed": fixed, "adaptive": adaptive}[name]
 
 
 def local_label(run: FedAvgRun) -> str:
@@ -190,9 +201,7 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
 
     ``parts`` selects experiments by name (default: all).
     """
-    if sensitivity_range not in RANGE_RULES:
-        raise ValueError(f"sensitivity_range must be one of {sorted(RANGE_RULES)}, got {sensitivity_range!r}")
-    rules = {"fixed": fixed, "adaptive": adaptive}
+    sensitivity_rule = pick_rule(sensitivity_range, fixed=fixed, adaptive=adaptive, what="sensitivity_range")
     seeds = list(seeds)
     extra = [s for s in headline_seeds if s not in seeds]
     out: list[tuple[str, FedAvgRun]] = []
@@ -202,25 +211,24 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
 
     def pair(experiment: str, run: FedAvgRun) -> None:
         add(experiment, run)
-        add(experiment, private(run, sensitivity_epsilon, rules[sensitivity_range]))
+        add(experiment, private(run, sensitivity_epsilon, sensitivity_rule))
 
     add("vs epsilon", base, more_seeds=extra)
     for eps in epsilons:
         add("vs epsilon", private(base, eps, fixed), more_seeds=extra if eps == sensitivity_epsilon else ())
     for eps in table1_epsilons:
-        for rule in ("fixed", "adaptive"):
-            add("table 1", private(base, eps, rules[rule]))
+        for rule in (fixed, adaptive):
+            add("table 1", private(base, eps, rule))
     for b in sensitivity_batch_sizes:
         pair("sensitivity", base.replace(batch_size=b))
     for e in sensitivity_local_epochs:
         pair("sensitivity", base.replace(local_epochs=e))
     for setting in sensitivity_settings:
-        check_sensitivity_setting(setting)
-        local = {k: v for k, v in setting.items() if k != "private_seeds"}
+        local, private_seeds = check_sensitivity_setting(setting)
         run = base.replace(**local)
         add("sensitivity", run)
-        add("sensitivity", private(run, sensitivity_epsilon, rules[sensitivity_range]),
-            more_seeds=[s for s in setting.get("private_seeds", ()) if s not in seeds])
+        add("sensitivity", private(run, sensitivity_epsilon, sensitivity_rule),
+            more_seeds=[s for s in private_seeds if s not in seeds])
     for n in clients_grid:
         pair("clients", base.replace(n_clients=n))
     for f in fraction_grid:
@@ -291,7 +299,7 @@ def _on_test_with(c: Any, optimizer: str, lr: Optional[float], momentum: float) 
 
 def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, client_fraction: float = 1.0,
             optimizer: str = "sgd", lr: Optional[float] = None, momentum: float = 0.0,
-            dataset: Optional[str] = None) -> pd.DataFrame:
+            dataset: Optional[str] = None, model: Optional[str] = None) -> pd.DataFrame:
     """LDP-FL's reported accuracies next to ours from runs (``ldptut.runcache.load_runs`` or a Runner table).
 
     For each claim (Section 5.3 headline numbers and Table 1) the runs of the same data set, number of
@@ -305,6 +313,9 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
     search's choices, e.g. Adam, are compared with ``optimizer="adam", lr=...``). "fixed" is the paper's fixed range
     for the data set (:data:`FIXED_RANGE`), "adaptive" our rule (:class:`~ldptut.fl.GlobalModelRange`). The
     paper's numbers are training accuracy (``REPORTED``). With ``dataset``, only the claims on that data set.
+
+    Models are never pooled: a claim with runs of several models (the paper's "two-layer CNN" has two readings)
+    gets one row per model, the data set's model of :data:`SETTINGS` first; ``model`` keeps one model's runs only.
     """
     need = {"dataset", "n_clients", "epsilon", "config", "mechanism", "batch_size", "local_epochs",
             "client_fraction", "accuracy", "seed", "model", "rounds", "lr"}
@@ -312,6 +323,8 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
         runs = pd.DataFrame(columns=sorted(need))
     if not need <= set(runs.columns):
         raise ValueError(f"runs lacks the columns {sorted(need - set(runs.columns))}; use runcache.load_runs")
+    if model is not None:
+        runs = runs[runs["model"] == model]
     rows = []
     for claim in (c for c in REPORTED if dataset is None or c.where["dataset"] == dataset):
         data, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
@@ -323,27 +336,38 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
             matches = same["config"].map(lambda c: getattr(c, "range", None) == target)
         else:
             matches = same["config"].map(lambda c: isinstance(getattr(c, "range", None), GlobalModelRange))
-        ours = same[(same["epsilon"] == eps) & matches.astype(bool)]
-        nonpriv = same[same["mechanism"].isna() & same["seed"].isin(ours["seed"])]
-        settings = ""
-        if len(ours):
-            first = ours.iloc[0]
-            mom = f" momentum {momentum:g}" if momentum else ""
-            settings = (f"{first['model']}, {first['rounds']} rounds, {optimizer} lr {first['lr']:g}{mom}, "
-                        f"batch {batch_size}, {local_epochs} local epoch(s)")
-        rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": mean_std(ours["accuracy"]),
-                     "95 % CI": format_interval(ours["accuracy"]),
-                     "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
-                     "settings": settings})
+        claimed = same[(same["epsilon"] == eps) & matches.astype(bool)]
+        models = sorted(set(claimed["model"]), key=lambda m: (m != SETTINGS[data]["model"], m)) or [None]
+        for m in models:
+            ours = claimed[claimed["model"] == m]
+            nonpriv = same[same["mechanism"].isna() & (same["model"] == m) & same["seed"].isin(ours["seed"])]
+            settings = ""
+            if len(ours):
+                first = ours.iloc[0]
+                mom = f" momentum {momentum:g}" if momentum else ""
+                settings = (f"{m}, {first['rounds']} rounds, {optimizer} lr {first['lr']:g}{mom}, "
+                            f"batch {batch_size}, {local_epochs} local epoch(s)")
+            rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": mean_std(ours["accuracy"]),
+                         "95 % CI": format_interval(ours["accuracy"]),
+                         "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
+                         "settings": settings})
     return pd.DataFrame(rows)
+
+
+def reported_at(dataset: str, *, epsilon: float, rule: str, n_clients: int) -> Optional[Reported]:
+    """The paper's number for runs of ``dataset`` with ``n_clients`` clients at ``epsilon`` per weight per round with
+    the range rule named ``rule`` ("fixed", "adaptive"): the first such claim of :data:`REPORTED` (the Section 5.3
+    headline before Table 1), or None where the paper reports none (e.g. at our default, smaller n)."""
+    want = {"dataset": dataset, "n_clients": n_clients, "rule": rule}
+    return next((c for c in REPORTED if c.epsilon == epsilon and c.where == want), None)
 
 
 def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.DataFrame:
     """Runs with training accuracy recorded (the "steps" of :func:`configs`; run records) as a table: per data set,
-    run (:func:`run_label`: non-private, private with its range, clipping only) and round (``rounds``, default the
-    paper's for the data set, and the runs' last), the test accuracy, the global model's accuracy on the whole
-    training set, and the clients' local models' accuracy on their own data (all %, mean over seeds; ``seeds`` counts
-    them). The paper's headline numbers are "training accuracy" (Fig. 5 caption); this shows both."""
+    model, run (:func:`run_label`: non-private, private with its range, clipping only) and round (``rounds``,
+    default the paper's for the data set, and the runs' last), the test accuracy, the global model's accuracy on the
+    whole training set, and the clients' local models' accuracy on their own data (all %, mean over seeds; ``seeds``
+    counts them). The paper's headline numbers are "training accuracy" (Fig. 5 caption); this shows both."""
     out = []
     for rec in records:
         c, h = rec.config, rec.history.set_index("round")
@@ -352,13 +376,14 @@ def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.D
         kind = run_label(c)
         at = SETTINGS.get(c.dataset, {}).get("rounds", c.rounds) if rounds is None else rounds
         for r in sorted({min(at, c.rounds), c.rounds}):
-            out.append({"data": c.dataset, "run": kind, "round": r, "seed": c.seed, "test": 100 * h.loc[r, "accuracy"],
+            out.append({"data": c.dataset, "model": c.model, "run": kind, "round": r, "seed": c.seed,
+                        "test": 100 * h.loc[r, "accuracy"],
                         "train (global model, all training data)": 100 * h.loc[r, "train_accuracy"],
                         "train (local models, own data)": 100 * h.loc[r, "client_train_accuracy"]})
     if not out:
-        return pd.DataFrame(columns=["data", "run", "round", "seeds"])
+        return pd.DataFrame(columns=["data", "model", "run", "round", "seeds"])
     t = pd.DataFrame(out)
-    keys = ["data", "run", "round"]
+    keys = ["data", "model", "run", "round"]  # models are never pooled
     cols = [c for c in t.columns if c not in keys + ["seed"]]
     agg = t.groupby(keys, sort=False)[cols].mean().round(1)
     agg["seeds"] = t.groupby(keys, sort=False)["seed"].nunique()
@@ -409,7 +434,7 @@ def local_table(records: Iterable[Any]) -> pd.DataFrame:
     g = t.groupby(["local computation", "on", "run"], sort=False)
     out = g[["rounds"]].first()
     out["accuracy (%)"] = g["final"].mean().round(1)
-    out["std"] = g["final"].std().round(1)
+    out["std"] = g["final"].std().round(1).astype(object).where(g["seed"].nunique() > 1, "")  # "" for one seed
     out["best round (%)"] = g["best round"].mean().round(1)
     out["seeds"] = g["seed"].nunique()
     out["diverged"] = g["diverged"].sum()
@@ -476,11 +501,8 @@ def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence
     Table 1 there (every ε of ``table1_epsilons`` with both rules), per seed, as ("chosen", run) pairs without
     repeats."""
     check_local(local)
-    if rule not in RANGE_RULES:
-        raise ValueError(f"rule must be one of {sorted(RANGE_RULES)}, got {rule!r}")
-    rules = {"fixed": fixed, "adaptive": adaptive}
     run = base.replace(**local)
-    runs = [run, private(run, epsilon, rules[rule])]
+    runs = [run, private(run, epsilon, pick_rule(rule, fixed=fixed, adaptive=adaptive))]
     runs += [private(run, eps, r) for eps in table1_epsilons for r in (fixed, adaptive)]
     out = [("chosen", r.replace(seed=s)) for s in seeds for r in runs]
     return list({c.key(): (e, c) for e, c in out}.values())
