@@ -683,9 +683,16 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                 generators=[client_generator(run.seed, r, i, "privatize", device=device) for i in ids[a].tolist()],
                 send=config.send, num_samples=sizes[a][ids[a]].to(device),
                 server_generator=round_generator(run.seed, r, "server", device=device), seed=run.seed)
-            if run.privatizer is not None:
+            # local training diverged (non-finite weights): nothing to perturb, and no mechanism takes NaN; the round's
+            # model is non-finite, which the divergence check below records ("stop") or raises
+            lost = run.privatizer is not None and not bool(torch.isfinite(payloads).all())
+            if run.privatizer is not None and not lost:
                 payloads = _privatize(run.privatizer, payloads, ctx)
             spent = accountants[a].add(run.privatizer, ctx)
+            if lost:
+                new.append(torch.full_like(glob[a], math.nan))
+                stats.append((len(cids), {}, spent))
+                continue
             vec, metrics = _aggregate(aggregators[a], payloads, ctx)
             new.append(glob[a] + vec if config.send == "updates" else vec)
             stats.append((len(cids), metrics, spent))

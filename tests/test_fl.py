@@ -484,3 +484,24 @@ def test_train_eval_every_records_only_those_rounds_and_the_last():
     assert h["train_accuracy"].notna().tolist() == [False, True, False, True, True]
     with pytest.raises(ValueError, match="train_eval_every"):
         fl.FLConfig(rounds=2, train_eval=True, train_eval_every=0)
+
+
+def test_local_training_that_diverges_before_the_mechanism_is_a_diverged_run_not_a_mechanism_error():
+    """lr 1e30: the clients' weights are non-finite after local training, before perturbation. The two-point
+    mechanism (rightly) refuses NaN; the engine must not hand it any, and records the run as diverged ("stop") or
+    names the round ("raise"), as for a global model that blows up. (Found with McMahan et al.'s CNN at ε = 0.1.)"""
+    data = _toy()
+    parts = data.pop("partition")
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.FixedRange(0.0, 0.5))
+
+    def run(on_divergence):
+        model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+        cfg = fl.FLConfig(rounds=2, trainer=LocalSGD(batch_size=32, optimizer=OptimizerSpec(lr=1e30)), progress=False,
+                          on_divergence=on_divergence)
+        return fl.simulate(cfg, [fl.Run(partition=parts, seed=1, privatizer=priv)], model=model, **data)
+
+    h = run("stop").history
+    assert h["round"].tolist() == [1] and h["diverged"].tolist() == [True] and math.isnan(h["accuracy"].iloc[0])
+    assert h["epsilon_round"].iloc[0] > 0  # the round is still accounted (its reports were due)
+    with pytest.raises(FloatingPointError, match="round 1: the global model has non-finite weights"):
+        run("raise")
