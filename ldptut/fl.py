@@ -685,8 +685,9 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                 server_generator=round_generator(run.seed, r, "server", device=device), seed=run.seed)
             # local training diverged (non-finite weights): nothing to perturb, and no mechanism takes NaN; the round's
             # model is non-finite, which the divergence check below records ("stop") or raises
-            lost = run.privatizer is not None and not bool(torch.isfinite(payloads).all())
-            if run.privatizer is not None and not lost:
+            private = run.privatizer is not None
+            lost = private and not bool(torch.isfinite(payloads).all())
+            if private and not lost:
                 payloads = _privatize(run.privatizer, payloads, ctx)
             spent = accountants[a].add(run.privatizer, ctx)
             if lost:

@@ -53,12 +53,24 @@ def test_claims_match_runs_of_the_same_setting_only():
     assert head["ours (%)"] == "86.0 ± 1.4 (2 seeds)"           # mean 86, sample std sqrt(2)
     assert head["95 % CI"] == "[73.3, 98.7]"                  # 86 ± t(0.975, 1) 1.414 / sqrt(2) = 86 ± 12.7
     assert head["ours non-private (%)"] == "93.0 ± 1.4 (2 seeds)"
+    assert head["privacy cost (points, paired)"] == "7.0 ± 0.0 (2 seeds) [7.0, 7.0]"  # 92 - 85 and 94 - 87
     assert "cnn2, 10 rounds, sgd lr 0.03, batch 32" in head["settings"]
     assert table.loc["Table 1 mnist ε=5 adaptive", "ours (%)"] == "91.0 (1 seed)"
     assert table.loc["Table 1 mnist ε=5 fixed", "ours (%)"] == "90.0 (1 seed)"
     assert table.loc["Table 1 mnist ε=5 fixed", "95 % CI"] == ""   # one seed: no interval
     assert table.loc["Table 1 mnist ε=10 fixed", "ours (%)"] == "not run"
     assert table.loc["fashion_mnist ε=4 n=200 fixed (0, 0.015)", "ours (%)"] == "not run"
+
+
+def test_privacy_cost_pairs_runs_by_seed():
+    private = pd.DataFrame({"seed": [0, 1, 2], "accuracy": [85.0, 87.0, 90.0]})
+    non_private = pd.DataFrame({"seed": [3, 1, 0], "accuracy": [99.0, 93.0, 92.0]})
+    # seeds 0 and 1 run both ways: d = 7, 6; mean 6.5, s = 0.707, t(0.975, 1) = 12.706: 6.5 ± 6.35
+    assert ldp_fl.privacy_cost(private, non_private) == "6.5 ± 0.7 (2 seeds) [0.1, 12.9]"
+    assert ldp_fl.privacy_cost(private[:1], non_private) == "7.0 (1 seed)"          # no interval from one pair
+    assert ldp_fl.privacy_cost(private[2:], non_private) == ""                       # seed 2 never run non-private
+    with pytest.raises(ValueError, match="non_private has several runs of one seed"):
+        ldp_fl.privacy_cost(private, pd.concat([non_private, non_private]))
 
 
 def test_a_fixed_range_of_another_radius_is_not_the_papers_claim():

@@ -26,7 +26,7 @@ from ..rng import generator
 from . import Paper, Reported, format_interval, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "PARAMETERS", "grid", "compare", "reported_at", "steps_table", "LOCAL_KEYS", "check_local",
+           "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS", "check_local",
            "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of", "range_label",
            "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
 
@@ -307,7 +307,8 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
     the paper does not state: batch, local epochs, optimizer and momentum, and ``lr`` unless None) and fraction of
     clients; "ours" is their final test accuracy, mean ± std over seeds (sample std), "95 % CI" the Student t
     interval of that mean over seeds (:func:`ldptut.papers.t_interval`; empty with one seed), and "non-private" the
-    same for the non-private runs with identical settings and the same seeds. Runs of the "steps" experiment
+    same for the non-private runs with identical settings and the same seeds; "privacy cost" is
+    :func:`privacy_cost` (non-private minus private, paired by seed, with its t interval). Runs of the "steps" experiment
     (``train_eval``, which repeat a training with more evaluation, or run longer) and the search's runs on a
     validation split (:class:`ValidationRun`) are left out; the default local computation is plain SGD (the
     search's choices, e.g. Adam, are compared with ``optimizer="adam", lr=...``). "fixed" is the paper's fixed range
@@ -350,8 +351,26 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
             rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": mean_std(ours["accuracy"]),
                          "95 % CI": format_interval(ours["accuracy"]),
                          "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
-                         "settings": settings})
+                         "privacy cost (points, paired)": privacy_cost(ours, nonpriv), "settings": settings})
     return pd.DataFrame(rows)
+
+
+def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame) -> str:
+    """What perturbation costs, paired by seed: d_s = acc(non-private, seed s) - acc(private, seed s) in points, over
+    the seeds run both ways (same initial model, partition and client sampling); "mean ± std (n seeds) [lo, hi]" with
+    the Student t 95 % interval of the mean difference (:func:`ldptut.papers.format_interval`; none with one seed),
+    "" when no seed was run both ways. Columns ``seed`` and ``accuracy`` (%), one run per seed."""
+    for name, runs in (("private", private), ("non_private", non_private)):
+        if runs["seed"].duplicated().any():
+            raise ValueError(f"{name} has several runs of one seed ({sorted(runs['seed'][runs['seed'].duplicated()])})"
+                             "; a paired difference needs one run per seed")
+    both = pd.merge(non_private[["seed", "accuracy"]], private[["seed", "accuracy"]], on="seed",
+                    suffixes=("_np", "_p"))
+    if both.empty:
+        return ""
+    diffs = both["accuracy_np"] - both["accuracy_p"]
+    ci = format_interval(diffs)
+    return mean_std(diffs) + (f" {ci}" if ci else "")
 
 
 def reported_at(dataset: str, *, epsilon: float, rule: str, n_clients: int) -> Optional[Reported]:
