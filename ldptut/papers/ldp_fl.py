@@ -26,8 +26,8 @@ from ..rng import generator
 from . import Paper, Reported, format_interval, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS", "check_local",
-           "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of", "range_label",
+           "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
+           "check_local", "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of", "range_label",
            "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
 
 PAPER = Paper(
@@ -308,8 +308,8 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
     clients; "ours" is their final test accuracy, mean ± std over seeds (sample std), "95 % CI" the Student t
     interval of that mean over seeds (:func:`ldptut.papers.t_interval`; empty with one seed), and "non-private" the
     same for the non-private runs with identical settings and the same seeds; "privacy cost" is
-    :func:`privacy_cost` (non-private minus private, paired by seed, with its t interval). Runs of the "steps" experiment
-    (``train_eval``, which repeat a training with more evaluation, or run longer) and the search's runs on a
+    :func:`privacy_cost` (non-private minus private, paired by seed, with its t interval). Runs of the "steps"
+    experiment (``train_eval``, which repeat a training with more evaluation, or run longer) and the search's runs on a
     validation split (:class:`ValidationRun`) are left out; the default local computation is plain SGD (the
     search's choices, e.g. Adam, are compared with ``optimizer="adam", lr=...``). "fixed" is the paper's fixed range
     for the data set (:data:`FIXED_RANGE`), "adaptive" our rule (:class:`~ldptut.fl.GlobalModelRange`). The
