@@ -69,8 +69,14 @@ def test_privacy_cost_pairs_runs_by_seed():
     assert ldp_fl.privacy_cost(private, non_private) == "6.5 ± 0.7 (2 seeds) [0.1, 12.9]"
     assert ldp_fl.privacy_cost(private[:1], non_private) == "7.0 (1 seed)"          # no interval from one pair
     assert ldp_fl.privacy_cost(private[2:], non_private) == ""                       # seed 2 never run non-private
-    with pytest.raises(ValueError, match="non_private has several runs of one seed"):
+    with pytest.raises(ValueError, match="non_private has several runs with the same seed"):
         ldp_fl.privacy_cost(private, pd.concat([non_private, non_private]))
+    # runs at two learning rates (compare(lr=None) pools them): paired by seed and lr, never across lrs
+    two = pd.DataFrame({"seed": [0, 0], "lr": [0.1, 0.01], "accuracy": [90.0, 50.0]})
+    two_np = pd.DataFrame({"seed": [0, 0], "lr": [0.1, 0.01], "accuracy": [95.0, 60.0]})
+    assert ldp_fl.privacy_cost(two, two_np, by=("seed", "lr")) == "7.5 ± 3.5 (2 seeds) [-24.3, 39.3]"
+    with pytest.raises(ValueError, match="pass the setting they differ in"):
+        ldp_fl.privacy_cost(two, two_np)
 
 
 def test_a_fixed_range_of_another_radius_is_not_the_papers_claim():
@@ -90,6 +96,7 @@ def test_other_local_computation_is_selectable_and_empty_runs_give_not_run():
     at = ldp_fl.compare(adam, batch_size=10, optimizer="adam", lr=0.001).iloc[0]
     assert at["ours (%)"] == "95.0 (1 seed)" and "adam lr 0.001" in at["settings"]
     assert ldp_fl.compare(adam, batch_size=10, optimizer="adam").iloc[0]["ours (%)"] == "72.5 ± 31.8 (2 seeds)"
+    assert ldp_fl.compare(adam, batch_size=10, optimizer="adam").iloc[0]["privacy cost (points, paired)"] == ""
     only = ldp_fl.compare(adam, dataset="fashion_mnist")
     assert len(only) == 5 and only["claim"].str.startswith(("fashion_mnist", "Table 1 fashion_mnist")).all()
     assert (ldp_fl.compare(pd.DataFrame())["ours (%)"] == "not run").all()

@@ -27,8 +27,8 @@ from . import Paper, Reported, format_interval, mean_std
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
            "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
-           "check_local", "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of", "range_label",
-           "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
+           "check_local", "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of",
+           "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -308,7 +308,7 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
     clients; "ours" is their final test accuracy, mean ± std over seeds (sample std), "95 % CI" the Student t
     interval of that mean over seeds (:func:`ldptut.papers.t_interval`; empty with one seed), and "non-private" the
     same for the non-private runs with identical settings and the same seeds; "privacy cost" is
-    :func:`privacy_cost` (non-private minus private, paired by seed, with its t interval). Runs of the "steps"
+    :func:`privacy_cost` (non-private minus private, paired by seed and lr, with its t interval). Runs of the "steps"
     experiment (``train_eval``, which repeat a training with more evaluation, or run longer) and the search's runs on a
     validation split (:class:`ValidationRun`) are left out; the default local computation is plain SGD (the
     search's choices, e.g. Adam, are compared with ``optimizer="adam", lr=...``). "fixed" is the paper's fixed range
@@ -351,21 +351,25 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
             rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": mean_std(ours["accuracy"]),
                          "95 % CI": format_interval(ours["accuracy"]),
                          "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
-                         "privacy cost (points, paired)": privacy_cost(ours, nonpriv), "settings": settings})
+                         "privacy cost (points, paired)": privacy_cost(ours, nonpriv, by=("seed", "lr")),
+                         "settings": settings})
     return pd.DataFrame(rows)
 
 
-def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame) -> str:
+def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequence[str] = ("seed",)) -> str:
     """What perturbation costs, paired by seed: d_s = acc(non-private, seed s) - acc(private, seed s) in points, over
     the seeds run both ways (same initial model, partition and client sampling); "mean ± std (n seeds) [lo, hi]" with
-    the Student t 95 % interval of the mean difference (:func:`ldptut.papers.format_interval`; none with one seed),
-    "" when no seed was run both ways. Columns ``seed`` and ``accuracy`` (%), one run per seed."""
+    the Student t 95 % interval of the mean difference (:func:`ldptut.papers.format_interval`; none with one pair),
+    "" when no seed was run both ways. Columns ``accuracy`` (%) and those of ``by`` (the pairing key: the seed, and
+    any setting the runs may differ in, e.g. ``lr`` when :func:`compare` pools learning rates), one run per key."""
+    key = list(by)
     for name, runs in (("private", private), ("non_private", non_private)):
-        if runs["seed"].duplicated().any():
-            raise ValueError(f"{name} has several runs of one seed ({sorted(runs['seed'][runs['seed'].duplicated()])})"
-                             "; a paired difference needs one run per seed")
-    both = pd.merge(non_private[["seed", "accuracy"]], private[["seed", "accuracy"]], on="seed",
-                    suffixes=("_np", "_p"))
+        dup = runs.duplicated(subset=key)
+        if dup.any():
+            raise ValueError(f"{name} has several runs with the same {'/'.join(key)} "
+                             f"({runs.loc[dup, key].to_dict('records')}); a paired difference needs one run per key: "
+                             "pass the setting they differ in through by=")
+    both = pd.merge(non_private[key + ["accuracy"]], private[key + ["accuracy"]], on=key, suffixes=("_np", "_p"))
     if both.empty:
         return ""
     diffs = both["accuracy_np"] - both["accuracy_p"]
