@@ -74,7 +74,8 @@ def test_privacy_cost_pairs_runs_by_seed():
     # runs at two learning rates (compare(lr=None) pools them): paired by seed and lr, never across lrs
     two = pd.DataFrame({"seed": [0, 0], "lr": [0.1, 0.01], "accuracy": [90.0, 50.0]})
     two_np = pd.DataFrame({"seed": [0, 0], "lr": [0.1, 0.01], "accuracy": [95.0, 60.0]})
-    assert ldp_fl.privacy_cost(two, two_np, by=("seed", "lr")) == "7.5 ± 3.5 (2 seeds) [-24.3, 39.3]"
+    # two pairs at one seed: counted as pairs, not seeds
+    assert ldp_fl.privacy_cost(two, two_np, by=("seed", "lr")) == "7.5 ± 3.5 (2 pairs) [-24.3, 39.3]"
     with pytest.raises(ValueError, match="pass the setting they differ in"):
         ldp_fl.privacy_cost(two, two_np)
 
@@ -95,7 +96,8 @@ def test_other_local_computation_is_selectable_and_empty_runs_give_not_run():
     assert ldp_fl.compare(adam, batch_size=10).iloc[0]["ours (%)"] == "not run"   # plain SGD by default
     at = ldp_fl.compare(adam, batch_size=10, optimizer="adam", lr=0.001).iloc[0]
     assert at["ours (%)"] == "95.0 (1 seed)" and "adam lr 0.001" in at["settings"]
-    assert ldp_fl.compare(adam, batch_size=10, optimizer="adam").iloc[0]["ours (%)"] == "72.5 ± 31.8 (2 seeds)"
+    # lr=None pools the two learning rates, both at seed 0: two runs, one seed
+    assert ldp_fl.compare(adam, batch_size=10, optimizer="adam").iloc[0]["ours (%)"] == "72.5 ± 31.8 (2 runs)"
     assert ldp_fl.compare(adam, batch_size=10, optimizer="adam").iloc[0]["privacy cost (points, paired)"] == ""
     only = ldp_fl.compare(adam, dataset="fashion_mnist")
     assert len(only) == 5 and only["claim"].str.startswith(("fashion_mnist", "Table 1 fashion_mnist")).all()
@@ -292,6 +294,20 @@ def test_sensitivity_settings_add_a_private_and_non_private_pair_per_local_compu
         ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_settings=[{"n_clients": 5}])
 
 
+def test_seeds_add_paired_seeds_to_both_runs_of_a_sensitivity_setting():
+    """``seeds`` gives the non-private partner every added seed (a paired privacy cost per seed); ``private_seeds``
+    on top adds private runs only; a seed of the chapter's ``seeds`` or named twice is not repeated."""
+    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    grid = ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, parts=["sensitivity"],
+                          sensitivity_settings=[{"batch_size": 10, "local_epochs": 5, "seeds": [0, 1, 2, 1],
+                                                 "private_seeds": [2, 3]}])
+    assert [(c.local_epochs, c.epsilon, c.seed) for _, c in grid] == [
+        (5, None, 0), (5, None, 1), (5, None, 2), (5, 1.0, 0), (5, 1.0, 1), (5, 1.0, 2), (5, 1.0, 3)]
+    for bad in ([-1], "1, 2", [True]):
+        with pytest.raises(ValueError, match="seeds must be a list of seeds"):
+            ldp_fl.check_sensitivity_setting({"batch_size": 10, "seeds": bad})
+
+
 def test_private_seeds_add_seeds_to_a_sensitivity_settings_private_run_only():
     base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
     grid = ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, parts=["sensitivity"],
@@ -361,8 +377,9 @@ def test_pick_rule_and_the_sensitivity_setting_split():
     with pytest.raises(ValueError, match="sensitivity_range must be one of"):
         ldp_fl.configs(base, seeds=[0], fixed=fixed, adaptive=ADAPTIVE, sensitivity_range="clip")
     assert ldp_fl.check_sensitivity_setting({"batch_size": 10, "private_seeds": [1, 2]}) == ({"batch_size": 10},
-                                                                                             [1, 2])
-    assert ldp_fl.check_sensitivity_setting({"local_epochs": 5}) == ({"local_epochs": 5}, [])
+                                                                                             [], [1, 2])
+    assert ldp_fl.check_sensitivity_setting({"batch_size": 10, "seeds": [3]}) == ({"batch_size": 10}, [3], [])
+    assert ldp_fl.check_sensitivity_setting({"local_epochs": 5}) == ({"local_epochs": 5}, [], [])
     with pytest.raises(ValueError, match="must be a dict"):
         ldp_fl.check_sensitivity_setting([("batch_size", 10)])
 

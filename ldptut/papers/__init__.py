@@ -67,12 +67,13 @@ def paper_modules() -> list[ModuleType]:
     return [importlib.import_module(f"{__name__}.{name}") for name in PAPERS]
 
 
-def mean_std(values: pd.Series, *, fmt: str = ".1f", count: bool = True) -> str:
+def mean_std(values: pd.Series, *, fmt: str = ".1f", count: bool = True, unit: str = "seed") -> str:
     """'mean ± std' (sample std), ``fmt`` for the mean (e.g. "+.1f" for gains); with ``count`` the number
-    of seeds follows; a single value has no std; no value is "not run"."""
+    of values follows, counted in ``unit`` (one value per seed by default; "run" where values pool runs that
+    share a seed, e.g. two learning rates); a single value has no std; no value is "not run"."""
     if len(values) == 0:
         return "not run"
-    seeds = f" ({len(values)} seed{'s' if len(values) > 1 else ''})" if count else ""
+    seeds = f" ({len(values)} {unit}{'s' if len(values) > 1 else ''})" if count else ""
     if len(values) == 1:
         return f"{values.iloc[0]:{fmt}}{seeds}"
     return f"{values.mean():{fmt}} ± {values.std():.1f}{seeds}"

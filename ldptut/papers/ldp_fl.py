@@ -127,19 +127,23 @@ def check_local(setting: Any) -> None:
         raise ValueError(f"search settings may vary {list(LOCAL_KEYS)} only; got {unknown} in {dict(setting)}")
 
 
-def check_sensitivity_setting(setting: Any) -> tuple[dict[str, Any], list[int]]:
-    """A sensitivity setting: a search setting (:func:`check_local`), optionally with ``private_seeds``, a list of
-    seeds run in addition to the chapter's for the setting's private run (e.g. ``{"batch_size": 10,
-    "local_epochs": 5, "private_seeds": [1, 2]}``). Returns the two parts: (local computation, private seeds)."""
+def check_sensitivity_setting(setting: Any) -> tuple[dict[str, Any], list[int], list[int]]:
+    """A sensitivity setting: a search setting (:func:`check_local`), optionally with ``seeds``, a list of seeds run in
+    addition to the chapter's for both the setting's non-private and private runs (so that every added seed is a
+    pair), and ``private_seeds``, seeds added to its private run only (e.g. ``{"batch_size": 10, "local_epochs": 5,
+    "seeds": [1, 2]}``). Returns the three parts: (local computation, seeds, private seeds)."""
     if not isinstance(setting, Mapping):
         check_local(setting)  # raises: not a dict
-    seeds = setting.get("private_seeds", [])
-    if not isinstance(seeds, (list, tuple)) or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ValueError(f"private_seeds must be a list of seeds (integers >= 0), got {seeds!r} in {dict(setting)}")
-    local = {k: v for k, v in setting.items() if k != "private_seeds"}
+    extra = {}
+    for name in ("seeds", "private_seeds"):
+        seeds = setting.get(name, [])
+        if not isinstance(seeds, (list, tuple)) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            raise ValueError(f"{name} must be a list of seeds (integers >= 0), got {seeds!r} in {dict(setting)}")
+        extra[name] = list(seeds)
+    local = {k: v for k, v in setting.items() if k not in extra}
     check_local(local)
-    return local, list(seeds)
+    return local, extra["seeds"], extra["private_seeds"]
 
 
 def pick_rule(name: str, *, fixed: FixedRange, adaptive: GlobalModelRange,
@@ -186,8 +190,8 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     * "sensitivity" (what the paper leaves unstated): non-private and ``sensitivity_epsilon`` with the
       ``sensitivity_range`` rule, per batch size (at the base's local epochs), per local epochs (at
       the base's batch size) and per setting of ``sensitivity_settings`` (dicts over :data:`LOCAL_KEYS`, e.g.
-      batch 10 with 2 local epochs; ``private_seeds`` adds seeds to the setting's private run only,
-      :func:`check_sensitivity_setting`);
+      batch 10 with 2 local epochs; ``seeds`` adds seeds to both of the setting's runs, ``private_seeds`` to its
+      private run only, :func:`check_sensitivity_setting`);
     * "clients" (Fig. 3) and "fraction" (Fig. 4): the same pair per number of clients / fraction;
     * "steps" (reproduction steps, when ``steps_rounds`` is given): ``steps_rounds`` rounds with training accuracy
       recorded (``train_eval``: after every gcd of the base's rounds and ``steps_rounds``, so at both), non-private,
@@ -224,11 +228,12 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     for e in sensitivity_local_epochs:
         pair("sensitivity", base.replace(local_epochs=e))
     for setting in sensitivity_settings:
-        local, private_seeds = check_sensitivity_setting(setting)
+        local, pair_seeds, private_seeds = check_sensitivity_setting(setting)
         run = base.replace(**local)
-        add("sensitivity", run)
+        both = list(dict.fromkeys(s for s in pair_seeds if s not in seeds))
+        add("sensitivity", run, more_seeds=both)
         add("sensitivity", private(run, sensitivity_epsilon, sensitivity_rule),
-            more_seeds=[s for s in private_seeds if s not in seeds])
+            more_seeds=both + [s for s in dict.fromkeys(private_seeds) if s not in seeds and s not in both])
     for n in clients_grid:
         pair("clients", base.replace(n_clients=n))
     for f in fraction_grid:
@@ -348,9 +353,12 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
                 mom = f" momentum {momentum:g}" if momentum else ""
                 settings = (f"{m}, {first['rounds']} rounds, {optimizer} lr {first['lr']:g}{mom}, "
                             f"batch {batch_size}, {local_epochs} local epoch(s)")
-            rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": mean_std(ours["accuracy"]),
+            unit = "seed" if ours["seed"].is_unique else "run"  # lr=None may pool learning rates at one seed
+            rows.append({"claim": claim.claim, "paper (%)": claim.value,
+                         "ours (%)": mean_std(ours["accuracy"], unit=unit),
                          "95 % CI": format_interval(ours["accuracy"]),
-                         "ours non-private (%)": mean_std(nonpriv["accuracy"]) if len(ours) else "",
+                         "ours non-private (%)": mean_std(nonpriv["accuracy"], unit="seed" if nonpriv["seed"].is_unique
+                                                          else "run") if len(ours) else "",
                          "privacy cost (points, paired)": privacy_cost(ours, nonpriv, by=("seed", "lr")),
                          "settings": settings})
     return pd.DataFrame(rows)
@@ -374,7 +382,8 @@ def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequen
         return ""
     diffs = both["accuracy_np"] - both["accuracy_p"]
     ci = format_interval(diffs)
-    return mean_std(diffs) + (f" {ci}" if ci else "")
+    unit = "seed" if "seed" in both and both["seed"].is_unique else "pair"  # a seed may pair at several lrs
+    return mean_std(diffs, unit=unit) + (f" {ci}" if ci else "")
 
 
 def reported_at(dataset: str, *, epsilon: float, rule: str, n_clients: int) -> Optional[Reported]:
