@@ -247,6 +247,11 @@ def test_search_runs_on_validation_and_the_choice_ignores_test_results():
     assert [(c.epsilon, c.range) for _, c in t1] == [(None, None), (2.0, ADAPTIVE), (2.0, fixed), (5.0, fixed),
                                                      (5.0, ADAPTIVE)]
     assert {e for e, _ in t1} == {"chosen"} and all(c.batch_size == 10 for _, c in t1)
+    # the ε grid at the chosen setting: the pair's rule at every ε, a repeat of the pair's ε not run twice
+    g = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0], epsilon=10.0, rule="adaptive",
+                              epsilons=[1.0, 10.0, 2.0], table1_epsilons=[10.0], fixed=fixed, adaptive=ADAPTIVE)
+    assert [(c.epsilon, c.range) for _, c in g] == [(None, None), (10.0, ADAPTIVE), (1.0, ADAPTIVE), (2.0, ADAPTIVE),
+                                                    (10.0, fixed)]
     assert ldp_fl.chosen_configs(base, {}, seeds=[0], epsilon=2.0, rule="fixed", fixed=fixed,
                                  adaptive=ADAPTIVE)[1][1].range == fixed
     with pytest.raises(ValueError, match="rule must be one of"):

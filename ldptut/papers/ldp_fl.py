@@ -271,7 +271,8 @@ PARAMETERS = {
     "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
     "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
     "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(check_local),
-    "validation": P.pos_int, "search_private": P.boolean, "chosen_table1_epsilons": P.list_of(P.pos_float),
+    "validation": P.pos_int, "search_private": P.boolean, "chosen_epsilons": P.list_of(P.pos_float),
+    "chosen_table1_epsilons": P.list_of(P.pos_float),
     "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
     "device": P.device,
 }
@@ -527,14 +528,16 @@ def search_summary(records: Iterable[Any]) -> pd.DataFrame:
 
 def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
                    fixed: FixedRange, adaptive: GlobalModelRange, rule: str = "adaptive",
-                   table1_epsilons: Iterable[float] = ()) -> list[tuple[str, FedAvgRun]]:
+                   epsilons: Iterable[float] = (), table1_epsilons: Iterable[float] = ()) -> list[tuple[str, FedAvgRun]]:
     """The runs on test at the chosen local computation ``local`` (:func:`chosen_local`): non-private and ``epsilon``
-    per weight per round with the range rule named ``rule`` ("fixed": ``fixed``, "adaptive": ``adaptive``), and
-    Table 1 there (every ε of ``table1_epsilons`` with both rules), per seed, as ("chosen", run) pairs without
-    repeats."""
+    per weight per round with the range rule named ``rule`` ("fixed": ``fixed``, "adaptive": ``adaptive``), the ε
+    grid there (every ε of ``epsilons`` with that rule: Fig. 5's "effect of ε", e.g. Fig. 5c on CIFAR-10 with the
+    adaptive range), and Table 1 there (every ε of ``table1_epsilons`` with both rules), per seed, as ("chosen", run)
+    pairs without repeats."""
     check_local(local)
     run = base.replace(**local)
-    runs = [run, private(run, epsilon, pick_rule(rule, fixed=fixed, adaptive=adaptive))]
+    chosen_rule = pick_rule(rule, fixed=fixed, adaptive=adaptive)
+    runs = [run, private(run, epsilon, chosen_rule)] + [private(run, eps, chosen_rule) for eps in epsilons]
     runs += [private(run, eps, r) for eps in table1_epsilons for r in (fixed, adaptive)]
     out = [("chosen", r.replace(seed=s)) for s in seeds for r in runs]
     return list({c.key(): (e, c) for e, c in out}.values())
