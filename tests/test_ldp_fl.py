@@ -408,3 +408,16 @@ def test_steps_table_never_pools_models():
     t = ldp_fl.steps_table(recs)
     assert t["model"].tolist() == ["cnn2", "cnn_fedavg"] and t["test"].tolist() == [90.0, 50.0]
     assert (t["seeds"] == 1).all()
+
+
+def test_sensitivity_panels_draw_one_curve_per_varied_setting_and_optimizer():
+    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    rows = [("sgd", 0.03, 0.0, b, e) for b, e in ((10, 1), (32, 1), (32, 2), (10, 2), (10, 5))]
+    rows += [("adam", 0.001, 0.0, 10, 1), ("adam", 0.001, 0.0, 10, 2), ("adam", 0.001, 0.0, 32, 1)]
+    rows += [("sgd", 0.015, 0.9, 10, 1)]  # a single run of a setting draws nothing
+    sens = pd.DataFrame(rows, columns=["optimizer", "lr", "momentum", "batch_size", "local_epochs"])
+    assert ldp_fl.sensitivity_panels(sens.iloc[::-1], base=base) == [
+        (("sgd", 0.03, 0.0), "batch_size", "local_epochs", 1), (("sgd", 0.03, 0.0), "local_epochs", "batch_size", 10),
+        (("sgd", 0.03, 0.0), "local_epochs", "batch_size", 32),
+        (("adam", 0.001, 0.0), "batch_size", "local_epochs", 1), (("adam", 0.001, 0.0), "local_epochs", "batch_size", 10)]
+    assert ldp_fl.sensitivity_panels(sens.iloc[-1:], base=base) == []

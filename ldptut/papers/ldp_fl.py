@@ -28,7 +28,8 @@ from . import Paper, Reported, format_interval, mean_std
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
            "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
            "check_local", "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of",
-           "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs"]
+           "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs",
+           "sensitivity_panels"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -444,6 +445,24 @@ def run_label(run: FedAvgRun) -> str:
 def local_of(run: FedAvgRun) -> dict[str, Any]:
     """The local computation of ``run``: its values of :data:`LOCAL_KEYS` (the keys a search setting may vary)."""
     return {k: getattr(run, k) for k in LOCAL_KEYS}
+
+
+def sensitivity_panels(sens: pd.DataFrame, *, base: FedAvgRun) -> list[tuple[tuple[str, float, float], str, str, int]]:
+    """The curves the sensitivity runs ``sens`` (columns optimizer, lr, momentum, batch_size, local_epochs) can draw,
+    one panel each, per optimizer setting (optimizer, lr, momentum; the base's first, then in order of appearance):
+    the batch size varied at the base's local epochs, and the local epochs varied at every batch size run with more
+    than one; a setting with a single value has no curve. Each panel is (optimizer setting, varied column, fixed
+    column, fixed value), e.g. (("adam", 0.001, 0.0), "local_epochs", "batch_size", 10)."""
+    opts = list(zip(sens["optimizer"], sens["lr"].astype(float), sens["momentum"].astype(float)))
+    own = (base.optimizer, float(base.lr), float(base.momentum))
+    panels = []
+    for opt in sorted(dict.fromkeys(opts), key=lambda o: o != own):  # stable: the base's setting first
+        g = sens[[o == opt for o in opts]]
+        if g.loc[g["local_epochs"] == base.local_epochs, "batch_size"].nunique() > 1:
+            panels.append((opt, "batch_size", "local_epochs", base.local_epochs))
+        panels += [(opt, "local_epochs", "batch_size", int(b)) for b in sorted(g["batch_size"].unique())
+                   if g.loc[g["batch_size"] == b, "local_epochs"].nunique() > 1]
+    return panels
 
 
 def local_table(records: Iterable[Any]) -> pd.DataFrame:
