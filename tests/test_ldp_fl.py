@@ -419,5 +419,6 @@ def test_sensitivity_panels_draw_one_curve_per_varied_setting_and_optimizer():
     assert ldp_fl.sensitivity_panels(sens.iloc[::-1], base=base) == [
         (("sgd", 0.03, 0.0), "batch_size", "local_epochs", 1), (("sgd", 0.03, 0.0), "local_epochs", "batch_size", 10),
         (("sgd", 0.03, 0.0), "local_epochs", "batch_size", 32),
-        (("adam", 0.001, 0.0), "batch_size", "local_epochs", 1), (("adam", 0.001, 0.0), "local_epochs", "batch_size", 10)]
+        (("adam", 0.001, 0.0), "batch_size", "local_epochs", 1),
+        (("adam", 0.001, 0.0), "local_epochs", "batch_size", 10)]
     assert ldp_fl.sensitivity_panels(sens.iloc[-1:], base=base) == []

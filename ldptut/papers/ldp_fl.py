@@ -547,7 +547,8 @@ def search_summary(records: Iterable[Any]) -> pd.DataFrame:
 
 def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
                    fixed: FixedRange, adaptive: GlobalModelRange, rule: str = "adaptive",
-                   epsilons: Iterable[float] = (), table1_epsilons: Iterable[float] = ()) -> list[tuple[str, FedAvgRun]]:
+                   epsilons: Iterable[float] = (),
+                   table1_epsilons: Iterable[float] = ()) -> list[tuple[str, FedAvgRun]]:
     """The runs on test at the chosen local computation ``local`` (:func:`chosen_local`): non-private and ``epsilon``
     per weight per round with the range rule named ``rule`` ("fixed": ``fixed``, "adaptive": ``adaptive``), the ε
     grid there (every ε of ``epsilons`` with that rule: Fig. 5's "effect of ε", e.g. Fig. 5c on CIFAR-10 with the
