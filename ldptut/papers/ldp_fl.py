@@ -355,12 +355,12 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
                 mom = f" momentum {momentum:g}" if momentum else ""
                 settings = (f"{m}, {first['rounds']} rounds, {optimizer} lr {first['lr']:g}{mom}, "
                             f"batch {batch_size}, {local_epochs} local epoch(s)")
-            unit = "seed" if ours["seed"].is_unique else "run"  # lr=None may pool learning rates at one seed
-            rows.append({"claim": claim.claim, "paper (%)": claim.value,
-                         "ours (%)": mean_std(ours["accuracy"], unit=unit),
+            def stat(r: pd.DataFrame) -> str:  # lr=None may pool learning rates at one seed: then count runs
+                return mean_std(r["accuracy"], unit="seed" if r["seed"].is_unique else "run")
+
+            rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": stat(ours),
                          "95 % CI": format_interval(ours["accuracy"]),
-                         "ours non-private (%)": mean_std(nonpriv["accuracy"], unit="seed" if nonpriv["seed"].is_unique
-                                                          else "run") if len(ours) else "",
+                         "ours non-private (%)": stat(nonpriv) if len(ours) else "",
                          "privacy cost (points, paired)": privacy_cost(ours, nonpriv, by=("seed", "lr")),
                          "settings": settings})
     return pd.DataFrame(rows)
