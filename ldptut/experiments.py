@@ -48,8 +48,10 @@ class FedAvgRun(RunConfig):
     """
 
     kind: ClassVar[str] = "fedavg"
-    #: what the engine does with a diverging run (:class:`~ldptut.fl.FLConfig`): "raise", or "stop" and record it
-    on_divergence: ClassVar[str] = "raise"
+    #: what the engine does with a diverging run (:class:`~ldptut.fl.FLConfig`): "stop" records it, its history
+    #: ending with the round it blew up in, marked ``diverged`` (a result, e.g. of noise too large for the model, that
+    #: a grid shows and the cache keeps, not an error that stops the grid); "raise" would raise instead
+    on_divergence: ClassVar[str] = "stop"
 
     partition: str = "iid"
     dirichlet_alpha: Optional[float] = None
@@ -225,15 +227,26 @@ class Runner:
 
     def summary(self, experiment: str, by: str | Sequence[str]) -> pd.DataFrame:
         """Mean, sample std and count of the final accuracy (%) of an experiment's runs, grouped by
-        configuration fields; ``epsilon`` None (non-private) reads "non-private" and sorts last."""
+        configuration fields; ``epsilon`` None (non-private) reads "non-private" and sorts last. Mean, std and count
+        skip a final accuracy that is NaN (a run whose weights blew up); when a run diverged, ``diverged`` says how
+        many of the group's runs did and the last round of the first ("1 (round 2)")."""
         df = self.table(experiment)
         df["epsilon"] = df["epsilon"].astype(float)
         if "range" in df:
             df["range"] = df["range"].fillna("none")
-        out = df.groupby(by, dropna=False)["accuracy"].agg(["mean", "std", "count"]).reset_index()
+        groups = df.groupby(by, dropna=False)
+        out = groups["accuracy"].agg(["mean", "std", "count"]).reset_index()
+        if "diverged" in df and df["diverged"].astype(bool).any():
+            out["diverged"] = [self._diverged(g) for _, g in groups]
         if "epsilon" in out:
             out["epsilon"] = out["epsilon"].map(lambda e: "non-private" if pd.isna(e) else f"{e:g}")
         return out
+
+    @staticmethod
+    def _diverged(runs: pd.DataFrame) -> str:
+        """"" when none of ``runs`` diverged, else "k (round r)": how many did, and the first one's last round."""
+        gone = runs[runs["diverged"].astype(bool)]
+        return f"{len(gone)} (round {int(gone['last_round'].iloc[0])})" if len(gone) else ""
 
     def provenance(self) -> pd.DataFrame:
         """Every recorded run: its experiment, the configuration fields that differ between the recorded runs

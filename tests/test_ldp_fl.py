@@ -1,6 +1,7 @@
 """ldptut.papers.ldp_fl: the paper's settings and numbers, its experiment grid as typed runs, and the
 paper-vs-ours table matched on the runs' typed configurations."""
 import dataclasses
+import math
 
 import pandas as pd
 import pytest
@@ -145,6 +146,29 @@ def test_runner_records_a_small_grid_and_reuses_shared_runs():
     assert "n_clients" not in prov  # the same for every run: not a column
     h = records[1].history
     assert (h["epsilon_round"] == 2.0 * 650).all()  # logreg on 8x8 digits: d = 10 x 65 weights, 2 per weight
+
+
+def test_a_run_whose_weights_blow_up_is_recorded_as_diverged_and_summarised_as_such(tmp_path):
+    """A grid point whose training blows up (here an MLP at lr 1e10: within the first local epoch its weights
+    overflow) is a result: recorded with its history ending in that round, marked diverged, stored and read back. The
+    private run's non-finite local models are not perturbed (no mechanism takes them); its round is lost the same way.
+    The summary counts such runs instead of averaging NaN. The run beside them is untouched."""
+    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=3, lr=0.1)
+    blown = base.replace(model="mlp", lr=1e10)
+    grid = [("vs epsilon", blown), ("vs epsilon", ldp_fl.private(blown, 2.0, FixedRange(0.0, 0.5))),
+            ("vs epsilon", ldp_fl.private(base, 2.0, FixedRange(0.0, 0.5)))]
+    runner = Runner(tmp_path, progress=False)
+    recs = runner.record_all(grid)
+    for rec in recs[:2]:
+        assert rec.history["round"].tolist() == [1] and bool(rec.history["diverged"].iloc[-1])
+        assert math.isnan(rec.final_accuracy)
+    assert recs[2].history["round"].tolist() == [1, 2, 3] and not recs[2].history["diverged"].any()
+    s = runner.summary("vs epsilon", ["epsilon", "lr"]).set_index(["epsilon", "lr"])
+    assert s.loc[("non-private", 1e10), "diverged"] == "1 (round 1)" and s.loc[("non-private", 1e10), "count"] == 0
+    assert s.loc[("2", 1e10), "diverged"] == "1 (round 1)" and s.loc[("2", 0.1), "diverged"] == ""
+    assert s.loc[("2", 0.1), "count"] == 1 and 0 < s.loc[("2", 0.1), "mean"] <= 100
+    again = Runner(tmp_path, progress=False).run(grid[1][1])  # stored: read back, not trained again
+    assert again.loaded and bool(again.history["diverged"].iloc[-1])
 
 
 def test_steps_runs_record_training_accuracy_and_clip_without_noise():
