@@ -166,6 +166,7 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
         if address is None and num_cpus is not None:
             kw["num_cpus"] = num_cpus
         ray.init(**kw)
+    pending: dict[Any, list[RunConfig]] = {}
     try:
         task = ray.remote(num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=max_retries,
                           retry_exceptions=True)(_train_group)
@@ -180,6 +181,10 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
                 report.failed.append(([c.key() for c in group], f"{type(e).__name__}: {str(e).splitlines()[-1]}"))
             bar.update(len(group))
         bar.close()
+    except KeyboardInterrupt:  # stop the running tasks now: a plain shutdown waits for them, minutes under load
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
     finally:
         if started:
             ray.shutdown()

@@ -255,15 +255,21 @@ def test_an_interrupted_sweep_resumes_without_retraining_finished_runs(tmp_path)
         slow = FedAvgRun(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=200, seed=4, lr=0.1)
         run_sweep([quick, slow], cache_dir={str(cache)!r}, num_cpus=2, progress=False)
     """))
-    proc = subprocess.Popen([sys.executable, str(script)], env=os.environ.copy())
+    # its own process group, so that a failing check below can stop it with the local Ray it started
+    proc = subprocess.Popen([sys.executable, str(script)], env=os.environ.copy(), start_new_session=True)
     path = RunCache(cache).path(quick)
-    deadline = time.time() + 240
-    while not path.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    assert path.exists(), "the quick run was never stored"
-    assert proc.poll() is None, "the sweep ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
+    try:
+        deadline = time.time() + 240
+        while not path.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert path.exists(), "the quick run was never stored"
+        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert RunCache(cache).load(slow) is None
     stamp = path.stat().st_mtime_ns
     groups, done = sweep.pending_groups([quick, slow], RunCache(cache))
