@@ -5,9 +5,10 @@ parameters of the notebook's ``parameters`` cell overridden by a parameter file 
 against the module's ``PARAMETERS``. Runs already in the run cache are skipped; the others are grouped as the
 chapter's :class:`~ldptut.experiments.Runner` would group them (:meth:`RunConfig.group_key`) and each group is one
 Ray task, which trains it and writes its records into the cache (``run_cache`` or ``cache_dir`` of the parameters,
-relative to ``book/``, or ``--cache``) as it finishes. So a sweep that is killed resumes where it stopped: run it again. A task
-that raises is retried (``--max-retries``) and, if it still fails, reported with its error at the end (exit code 1),
-never dropped. The chapter's page then loads the cache as usual (``make reproduce CHAPTER=... LOAD_ONLY=1``).
+relative to ``book/``, or ``--cache``) as it finishes. So a sweep that is killed resumes where it stopped: run it
+again (an interrupt, Ctrl-C, force-cancels the running tasks; their runs are not stored). A task that raises is
+retried (``--max-retries``) and, if it still fails, reported with its error at the end (exit code 1), never dropped.
+The chapter's page then loads the cache as usual (``make reproduce CHAPTER=... LOAD_ONLY=1``).
 
 Ray is an optional dependency (``pip install -e '.[sweep]'``). Without ``--address`` Ray starts locally inside this
 process (no setup; ``--num-cpus`` caps it); with one (``ray://host:10001`` or ``auto``) the tasks run on that
@@ -181,7 +182,7 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
                 report.failed.append(([c.key() for c in group], f"{type(e).__name__}: {str(e).splitlines()[-1]}"))
             bar.update(len(group))
         bar.close()
-    except KeyboardInterrupt:  # stop the running tasks now: a plain shutdown waits for them, minutes under load
+    except KeyboardInterrupt:  # stop the running tasks first (a SIGINT-ed sweep once did not exit within 120 s)
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
