@@ -15,8 +15,10 @@ from typing import Any, Optional
 
 import torch
 
+from ldptut.cpu_kernels import pinned
+
 __all__ = ["NUMERICS", "numerics_flag", "package_commit", "IMPORTED_COMMIT", "cpu_model", "cpu_capability",
-           "device_name", "machine_summary", "provenance"]
+           "device_name", "kernels_of", "machine_summary", "provenance"]
 
 
 #: Version of the package's numerics: what the numbers of a stored configuration depend on (random streams, local
@@ -70,7 +72,21 @@ def device_name(device: Any = "cpu") -> str:
     dev = torch.device(device)
     if dev.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(dev)}"
-    return f"{dev.type}: {cpu_model()}, {os.cpu_count()} cores, {cpu_capability()}"
+    return f"{dev.type}: {cpu_model()}, {os.cpu_count()} cores, {cpu_capability()}{_pin_note()}"
+
+
+def _pin_note() -> str:
+    """' (pinned)' when ldptut asked torch for its AVX2 CPU kernels (:mod:`ldptut.cpu_kernels`), else ''."""
+    return " (pinned)" if pinned() else ""
+
+
+def kernels_of(device: str) -> str:
+    """The CPU kernels a record's device string names ('AVX2', 'AVX512', ...; pinned or not), '' for none (a GPU,
+    or an old record that names only the architecture)."""
+    if not device.startswith("cpu:"):
+        return ""
+    word = device.rsplit(", ", 1)[-1].split(" ")[0]
+    return word if word.isupper() and word.startswith(("AVX", "DEFAULT", "ZVECTOR", "SVE")) else ""
 
 
 def cpu_capability() -> str:
@@ -84,7 +100,7 @@ def cpu_capability() -> str:
 
 def machine_summary() -> str:
     """One line naming the machine: CPU model and cores, torch's CPU capability, torch version, GPU if any."""
-    return (f"{platform.machine()} {cpu_model()} with {os.cpu_count()} CPU cores ({cpu_capability()}), "
+    return (f"{platform.machine()} {cpu_model()} with {os.cpu_count()} CPU cores ({cpu_capability()}{_pin_note()}), "
             f"torch {torch.__version__}, "
             f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}")
 

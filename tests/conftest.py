@@ -2,6 +2,7 @@
 fused mechanism kernel of ``ldptut.kernels`` that way in CI. The switch must be set before Triton is imported."""
 import os
 
+import ldptut  # noqa: F401  (first: pins torch's CPU kernels, ldptut.cpu_kernels, before any test computes)
 import torch
 
 if not torch.cuda.is_available():

@@ -4,9 +4,13 @@ at most a minute, else for its first evaluated round only (FedAvg-style runs, wh
 number of rounds; FedSel's batches and Wu et al.'s sigma do, and their cheapest runs take seconds), and the
 re-trained accuracy must match the record's at the same round.
 
-Tolerance: 1 point of accuracy. On the CPU model that trained the run the numbers agree exactly; on another CPU
-(another SIMD generation sums in another order) a round's accuracy moves by a few hundredths of a point. A record
-whose code no longer reproduces it (a changed sampler, partition or model) fails by far more.
+Tolerance: 1 point of accuracy where the record was trained with the CPU kernels this process uses (``import ldptut``
+pins them to AVX2, ``ldptut.cpu_kernels``): there the numbers agree exactly on the same CPU model and within a few
+hundredths of a point on another make. A record trained with other kernels (AVX512, before the pin) sums in another
+order, and training amplifies the last bits: measured, PD-LDPFL's cheapest run (Intel, AVX512) re-trained on an AMD
+AVX2 CPU to 45.93 % in round 3 against the record's 47.78 %, while the McMahan CNN's round 1 agreed exactly; such
+records get 3 points. A record whose code no longer reproduces it (a changed sampler, partition or model) fails by
+far more.
 """
 import math
 from pathlib import Path
@@ -14,11 +18,13 @@ from pathlib import Path
 import pytest
 
 from ldptut.experiments import Runner
+from ldptut.provenance import device_name, kernels_of
 from ldptut.runcache import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHES = sorted(p for p in (ROOT / "book" / "runs" / "cache").iterdir() if p.is_dir() and any(p.glob("*.json")))
-TOLERANCE = 0.01  # accuracy in [0, 1]: 1 point
+TOLERANCE = 0.01  # accuracy in [0, 1]: 1 point, same CPU kernels
+CROSS_KERNELS_TOLERANCE = 0.03  # 3 points, a record trained with other CPU kernels
 
 
 def _cheapest(cache: Path):
@@ -40,7 +46,10 @@ def test_the_cheapest_stored_run_retrains_to_its_record(cache):
     first = int(rec.history["round"].iloc[at])
     assert int(again.history["round"].iloc[at]) == first
     got, want = float(again.history["accuracy"].iloc[at]), float(rec.history["accuracy"].iloc[at])
-    assert abs(got - want) <= TOLERANCE, (
+    same = kernels_of(str(rec.provenance.get("device", ""))) == kernels_of(device_name("cpu"))
+    assert abs(got - want) <= (TOLERANCE if same else CROSS_KERNELS_TOLERANCE), (
         f"{cache.name}: {rec.config.label() if hasattr(rec.config, 'label') else rec.config} re-trained to "
         f"{100 * got:.2f} % in round {first}, the record (commit {rec.provenance.get('commit')}, "
-        f"{rec.provenance.get('device')}) says {100 * want:.2f} %")
+        f"{rec.provenance.get('device')}) says {100 * want:.2f} %; tolerance for "
+        f"{'the same' if same else 'other'} CPU kernels: "
+        f"{100 * (TOLERANCE if same else CROSS_KERNELS_TOLERANCE):.0f} points")
