@@ -255,8 +255,6 @@ class CorbinRun(FedAvgRun):
     """
 
     kind: ClassVar[str] = "corbin"
-    #: a run whose global model blows up (the adaptive range feeding its own noise back) is a result: record it
-    on_divergence: ClassVar[str] = "stop"
 
     correlated: bool = False
     num_rand: int = 5

@@ -91,8 +91,6 @@ class ValidationRun(FedAvgRun):
     the validation split."""
 
     kind: ClassVar[str] = "ldp_fl_validation"
-    #: a setting that blows up is a result of the search (recorded as diverged), not an error
-    on_divergence: ClassVar[str] = "stop"
 
     validation: int
 

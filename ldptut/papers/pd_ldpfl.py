@@ -195,8 +195,6 @@ class PdLdpflRun(FedAvgRun):
     n of a fixed shuffle (seed 0) of the training set (None: all)."""
 
     kind: ClassVar[str] = "pd_ldpfl"
-    #: a run whose model blows up (Table 1's "NAN" transforms) is a result: record it and stop
-    on_divergence: ClassVar[str] = "stop"
 
     input_transform: str = "affine"
     output_transform: str = "affine"
