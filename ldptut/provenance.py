@@ -100,7 +100,8 @@ def cpu_capability() -> str:
 
 def machine_summary() -> str:
     """One line naming the machine: CPU model and cores, torch's CPU capability, torch version, GPU if any."""
-    return (f"{platform.machine()} {cpu_model()} with {os.cpu_count()} CPU cores ({cpu_capability()}{_pin_note()}), "
+    kernels = cpu_capability() + (", pinned" if pinned() else "")
+    return (f"{platform.machine()} {cpu_model()} with {os.cpu_count()} CPU cores ({kernels}), "
             f"torch {torch.__version__}, "
             f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}")
 
