@@ -1,4 +1,4 @@
-"""Pinning torch's CPU kernels to one instruction set, so that a chapter gives the same numbers on any x86 CPU.
+"""Pinning torch's CPU kernels to fixed code paths, so that a chapter gives the same numbers on any x86 CPU.
 
 Float sums depend on the order of their terms, and torch picks that order by the CPU: ATen's vectorised kernels by
 the widest SIMD level the CPU has (``ATEN_CPU_CAPABILITY``), oneMKL's matrix products by its code path
@@ -6,14 +6,20 @@ the widest SIMD level the CPU has (``ATEN_CPU_CAPABILITY``), oneMKL's matrix pro
 difference: the book's defaults, executed on an AVX512 CPU and re-executed on an AVX2 one, moved checked accuracies
 by up to 0.34 (a loss, PD-LDPFL's small default runs) and a stored run's round-3 accuracy by 1.85 points.
 
-:func:`pin` asks all three for AVX2, which every x86-64 CPU of the last decade has, by setting those environment
-variables where the user has not set them. They are read when the libraries first compute, so :func:`pin` runs when
-``ldptut`` is imported (``ldptut/__init__.py``) and must come before any tensor computation (``tests/conftest.py``
-imports ldptut first; notebooks and Ray workers inherit the variables or import ldptut). On an AVX2 CPU the pinned kernels are the ones torch picks anyway (same bits); on an
-AVX512 CPU they are a little slower. ``LDPTUT_NATIVE_KERNELS=1`` turns the pin off.
+:func:`pin` sets those environment variables where the user has not: ATen and oneDNN get AVX2, which every x86-64
+CPU of the last decade has; oneMKL gets its COMPATIBLE branch (SSE2 without the approximate rcpps / rsqrtps), since
+its documentation says ``MKL_CBWR=AVX2`` means the AVX2 branch on an Intel CPU but falls back to the AUTO branch
+(native dispatch with fixed cache sizes and static scheduling) on a non-Intel one, and on an AMD EPYC it did change
+the chapters' bits. The variables are
+read when the libraries first compute, so :func:`pin` runs when ``ldptut`` is imported (``ldptut/__init__.py``) and
+must come before any tensor computation (``tests/conftest.py`` imports ldptut first; notebooks and Ray workers
+inherit the variables or import ldptut). On an AVX2 CPU ATen's and oneDNN's pinned kernels are the ones torch picks
+anyway; oneMKL's COMPATIBLE branch is slower than its native one (measured on an AMD EPYC with 2 cores: PD-LDPFL's
+3-round MLP run 3.7 s against 1.4 s, a round of McMahan's CNN 60 s against 57 s). ``LDPTUT_NATIVE_KERNELS=1`` turns
+the pin off.
 
-What this cannot remove: two vendors' CPUs run the same AVX2 instructions, but oneMKL and oneDNN may still choose
-block sizes by cache size, so equality across CPU makes is expected, not guaranteed (stored runs name their CPU).
+What this cannot remove: oneDNN may still choose block sizes by cache size, so equality across CPU makes is
+expected, not guaranteed (stored runs name their CPU).
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from pathlib import Path
 __all__ = ["PINNED", "OPT_OUT", "cpu_has_avx2", "pin", "pinned"]
 
 #: The environment variables :func:`pin` sets (unless already set) and their values.
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 #: Set this environment variable to 1 to keep torch's native kernels (no pin).
 OPT_OUT = "LDPTUT_NATIVE_KERNELS"
@@ -47,7 +53,7 @@ def cpu_has_avx2() -> bool:
 
 
 def pinned() -> bool:
-    """True when this process asked for the AVX2 kernels (all of :data:`PINNED` set to their values)."""
+    """True when this process asked for the pinned kernels (all of :data:`PINNED` set to their values)."""
     return all(os.environ.get(k, "").lower() == v.lower() for k, v in PINNED.items())
 
 

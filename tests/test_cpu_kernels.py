@@ -1,6 +1,6 @@
-"""ldptut.cpu_kernels: ``import ldptut`` pins torch's CPU kernels to AVX2 (ATen, oneMKL, oneDNN), so the book's
-numbers do not depend on whether the CPU has AVX512. Each check runs in a fresh Python process, since the libraries
-read the variables once, at their first computation."""
+"""ldptut.cpu_kernels: ``import ldptut`` pins torch's CPU kernels (ATen and oneDNN to AVX2, oneMKL to its COMPATIBLE
+branch), so the book's numbers do not depend on whether the CPU has AVX512. Each check runs in a fresh Python
+process, since the libraries read the variables once, at their first computation."""
 import json
 import os
 import subprocess
@@ -26,7 +26,7 @@ c = torch.nn.functional.conv2d(torch.randn(4, 1, 28, 28, generator=g), torch.ran
 cap = torch.backends.cpu.get_cpu_capability()
 print(json.dumps({"aten": h(x), "mkl": h(x @ w), "onednn": h(c), "capability": cap}))
 """
-LOW = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+LOW = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 
 
 def _clean_env(**extra: str) -> dict:
@@ -49,16 +49,16 @@ def _probe(prefix: str, env: dict) -> dict:
 def test_importing_ldptut_sets_the_pinned_variables_and_keeps_the_users_own():
     code = "import os, ldptut, json; print(json.dumps({k: os.environ.get(k) for k in %r}))" % list(PINNED)
     assert json.loads(_python(code, _clean_env()).stdout) == PINNED
-    mine = json.loads(_python(code, _clean_env(MKL_CBWR="COMPATIBLE")).stdout)
-    assert mine == {**PINNED, "MKL_CBWR": "COMPATIBLE"}
+    mine = json.loads(_python(code, _clean_env(MKL_CBWR="AUTO")).stdout)
+    assert mine == {**PINNED, "MKL_CBWR": "AUTO"}
     assert json.loads(_python(code, _clean_env(**{OPT_OUT: "1"})).stdout) == {k: None for k in PINNED}
 
 
 @needs_avx2
 def test_a_variable_set_after_import_torch_but_before_computing_takes_effect_in_each_library():
     """What the pin relies on: setting os.environ inside Python, as ``import ldptut`` does, reaches ATen, oneMKL and
-    oneDNN as an exported variable does. Shown with the lowest settings, which change every library's bits on an
-    AVX2 CPU (the AVX2 pin itself changes nothing there, so it could not show the effect)."""
+    oneDNN as an exported variable does. Shown with low settings, which change every library's bits on an AVX2 CPU
+    (ATen's and oneDNN's AVX2 pin changes nothing there, so it could not show the effect)."""
     native = _probe("", _clean_env(**{OPT_OUT: "1"}))
     exported = _probe("", _clean_env(**LOW, **{OPT_OUT: "1"}))
     in_process = _probe(f"import os, torch\nos.environ.update({LOW!r})\n", _clean_env(**{OPT_OUT: "1"}))
@@ -67,7 +67,7 @@ def test_a_variable_set_after_import_torch_but_before_computing_takes_effect_in_
 
 
 @needs_avx2
-def test_the_pin_gives_the_avx2_kernels_the_same_bits_as_exporting_them():
+def test_the_pin_gives_the_same_bits_as_exporting_its_variables():
     pinned = _probe("import ldptut\n", _clean_env())
     exported = _probe("", _clean_env(**PINNED, **{OPT_OUT: "1"}))
     assert pinned["capability"] == "AVX2"
