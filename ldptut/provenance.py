@@ -81,12 +81,15 @@ def _pin_note() -> str:
 
 
 def kernels_of(device: str) -> str:
-    """The CPU kernels a record's device string names ('AVX2', 'AVX512', ...; pinned or not), '' for none (a GPU,
-    or an old record that names only the architecture)."""
+    """The CPU kernels a record's device string names: 'AVX2 (pinned)' (:mod:`ldptut.cpu_kernels`), or torch's native
+    'AVX2', 'AVX512', ...; '' for none (a GPU, or an old record that names only the architecture)."""
     if not device.startswith("cpu:"):
         return ""
-    word = device.rsplit(", ", 1)[-1].split(" ")[0]
-    return word if word.isupper() and word.startswith(("AVX", "DEFAULT", "ZVECTOR", "SVE")) else ""
+    last = device.rsplit(", ", 1)[-1]
+    word = last.split(" ")[0]
+    if not (word.isupper() and word.startswith(("AVX", "DEFAULT", "ZVECTOR", "SVE"))):
+        return ""
+    return word + (" (pinned)" if last.endswith("(pinned)") else "")
 
 
 def cpu_capability() -> str:

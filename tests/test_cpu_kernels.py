@@ -85,7 +85,7 @@ def test_the_pin_warns_when_torch_had_already_fixed_other_kernels():
 
 
 @pytest.mark.parametrize("device, kernels", [
-    ("cpu: AMD EPYC, 2 cores, AVX2", "AVX2"), ("cpu: AMD EPYC, 2 cores, AVX2 (pinned)", "AVX2"),
+    ("cpu: AMD EPYC, 2 cores, AVX2", "AVX2"), ("cpu: AMD EPYC, 2 cores, AVX2 (pinned)", "AVX2 (pinned)"),
     ("cpu: Intel(R) Xeon(R) Processor, 2 cores, AVX512", "AVX512"),
     ("cpu: x86_64, 2 cores (CPU model not recorded)", ""), ("cuda: NVIDIA H100 80GB HBM3", "")])
 def test_kernels_of_reads_a_records_device_string(device, kernels):
