@@ -7,10 +7,10 @@ re-trained accuracy must match the record's at the same round.
 Tolerance: 1 point of accuracy where the record was trained with the CPU kernels this process uses (``import ldptut``
 pins them, ``ldptut.cpu_kernels``): there the numbers agree exactly on the same CPU model and within a few
 hundredths of a point on another make. A record trained with other kernels (torch's native AVX512 or AVX2, before
-the pin) sums in another order, and training amplifies the last bits: measured, PD-LDPFL's cheapest run (Intel, AVX512) re-trained on an AMD
-AVX2 CPU to 45.93 % in round 3 against the record's 47.78 %, while the McMahan CNN's round 1 agreed exactly; such
-records get 3 points. A record whose code no longer reproduces it (a changed sampler, partition or model) fails by
-far more.
+the pin) sums in another order, and training amplifies the last bits: measured, PD-LDPFL's cheapest run (Intel,
+AVX512) re-trained on an AMD AVX2 CPU to 45.93 % in round 3 against the record's 47.78 %, while the McMahan CNN's
+round 1 agreed exactly; such records get 3 points. A record whose code no longer reproduces it (a changed sampler,
+partition or model) fails by far more.
 """
 import math
 from pathlib import Path
