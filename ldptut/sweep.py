@@ -174,7 +174,11 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
         pending = {task.remote(g, cache_dir, device): g for g in groups}
         bar = tqdm(total=sum(len(g) for g in groups), desc="sweep (runs)", disable=not progress, mininterval=1.0)
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            # a short timeout hands control back to Python every second, so a SIGINT raises KeyboardInterrupt
+            # at once instead of when the next task ends (a slow task once kept an interrupted sweep alive > 120 s)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            if not ready:
+                continue
             group = pending.pop(ready[0])
             try:
                 report.trained += ray.get(ready[0])
@@ -182,7 +186,7 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
                 report.failed.append(([c.key() for c in group], f"{type(e).__name__}: {str(e).splitlines()[-1]}"))
             bar.update(len(group))
         bar.close()
-    except KeyboardInterrupt:  # stop the running tasks first (a SIGINT-ed sweep once did not exit within 120 s)
+    except KeyboardInterrupt:  # stop the running tasks first, or shutdown waits for them
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
