@@ -72,12 +72,7 @@ def device_name(device: Any = "cpu") -> str:
     dev = torch.device(device)
     if dev.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(dev)}"
-    return f"{dev.type}: {cpu_model()}, {os.cpu_count()} cores, {cpu_capability()}{_pin_note()}"
-
-
-def _pin_note() -> str:
-    """' (pinned)' when ldptut asked torch for its AVX2 CPU kernels (:mod:`ldptut.cpu_kernels`), else ''."""
-    return " (pinned)" if pinned() else ""
+    return f"{dev.type}: {cpu_model()}, {os.cpu_count()} cores, {cpu_capability()}{' (pinned)' if pinned() else ''}"
 
 
 def kernels_of(device: str) -> str:

@@ -47,9 +47,9 @@ def test_the_cheapest_stored_run_retrains_to_its_record(cache):
     assert int(again.history["round"].iloc[at]) == first
     got, want = float(again.history["accuracy"].iloc[at]), float(rec.history["accuracy"].iloc[at])
     same = kernels_of(str(rec.provenance.get("device", ""))) == kernels_of(device_name("cpu"))
-    assert abs(got - want) <= (TOLERANCE if same else CROSS_KERNELS_TOLERANCE), (
+    tolerance = TOLERANCE if same else CROSS_KERNELS_TOLERANCE
+    assert abs(got - want) <= tolerance, (
         f"{cache.name}: {rec.config.label() if hasattr(rec.config, 'label') else rec.config} re-trained to "
         f"{100 * got:.2f} % in round {first}, the record (commit {rec.provenance.get('commit')}, "
         f"{rec.provenance.get('device')}) says {100 * want:.2f} %; tolerance for "
-        f"{'the same' if same else 'other'} CPU kernels: "
-        f"{100 * (TOLERANCE if same else CROSS_KERNELS_TOLERANCE):.0f} points")
+        f"{'the same' if same else 'other'} CPU kernels: {100 * tolerance:.0f} points")
