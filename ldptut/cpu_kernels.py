@@ -13,9 +13,9 @@ its documentation says ``MKL_CBWR=AVX2`` means the AVX2 branch on an Intel CPU b
 the chapters' bits. The variables are read when the libraries first compute, so :func:`pin` runs when ``ldptut`` is
 imported (``ldptut/__init__.py``) and must come before any tensor computation (``tests/conftest.py`` imports ldptut
 first; notebooks and Ray workers inherit the variables or import ldptut). On an AVX2 CPU ATen's and oneDNN's
-pinned kernels are the ones torch picks anyway; oneMKL's COMPATIBLE branch is slower than its native one (measured on an AMD EPYC with 2 cores: PD-LDPFL's
-3-round MLP run 3.7 s against 1.4 s, a round of McMahan's CNN 60 s against 57 s). ``LDPTUT_NATIVE_KERNELS=1`` turns
-the pin off.
+pinned kernels are the ones torch picks anyway; oneMKL's COMPATIBLE branch is slower than its native one (measured
+on an AMD EPYC with 2 cores: PD-LDPFL's 3-round MLP run 3.7 s against 1.4 s, a round of McMahan's CNN 60 s against
+57 s). ``LDPTUT_NATIVE_KERNELS=1`` turns the pin off.
 
 What this cannot remove: oneDNN may still choose block sizes by cache size, so equality across CPU makes is
 expected, not guaranteed (stored runs name their CPU).
