@@ -157,6 +157,16 @@ class FedAvgRun(RunConfig):
         return f"{self.mechanism} ε={self.epsilon:g} per coordinate per round, {rng}, seed {self.seed}"
 
 
+def diverged_note(runs: pd.DataFrame) -> str:
+    """"" when none of ``runs`` (rows of a Runner table or of ``runcache.load_runs``) diverged, else "k of n diverged
+    (round r1, r2)": how many of the n runs blew up, and the round each blew up in (its last round), in order."""
+    gone = runs["diverged"].astype(bool) if "diverged" in runs else pd.Series(False, index=runs.index)
+    if not gone.any():
+        return ""
+    rounds = ", ".join(str(int(r)) for r in sorted(runs.loc[gone, "last_round"]))
+    return f"{int(gone.sum())} of {len(runs)} diverged (round {rounds})"
+
+
 class Runner:
     """Trains or loads the runs a chapter asks for and keeps the chapter's table of them.
 
@@ -228,8 +238,8 @@ class Runner:
     def summary(self, experiment: str, by: str | Sequence[str]) -> pd.DataFrame:
         """Mean, sample std and count of the final accuracy (%) of an experiment's runs, grouped by
         configuration fields; ``epsilon`` None (non-private) reads "non-private" and sorts last. Mean, std and count
-        skip a final accuracy that is NaN (a run whose weights blew up); when a run diverged, ``diverged`` says how
-        many of the group's runs did and the last round of the first ("1 (round 2)")."""
+        skip a final accuracy that is NaN (a run whose weights blew up), so ``count`` is of the runs that did not
+        diverge; when a run diverged, ``diverged`` reads as :func:`diverged_note` ("1 of 3 diverged (round 2)")."""
         df = self.table(experiment)
         df["epsilon"] = df["epsilon"].astype(float)
         if "range" in df:
@@ -237,16 +247,11 @@ class Runner:
         groups = df.groupby(by, dropna=False)
         out = groups["accuracy"].agg(["mean", "std", "count"]).reset_index()
         if "diverged" in df and df["diverged"].astype(bool).any():
-            out["diverged"] = [self._diverged(g) for _, g in groups]
+            out["diverged"] = [diverged_note(g) for _, g in groups]
         if "epsilon" in out:
             out["epsilon"] = out["epsilon"].map(lambda e: "non-private" if pd.isna(e) else f"{e:g}")
         return out
 
-    @staticmethod
-    def _diverged(runs: pd.DataFrame) -> str:
-        """"" when none of ``runs`` diverged, else "k (round r)": how many did, and the first one's last round."""
-        gone = runs[runs["diverged"].astype(bool)]
-        return f"{len(gone)} (round {int(gone['last_round'].iloc[0])})" if len(gone) else ""
 
     def provenance(self) -> pd.DataFrame:
         """Every recorded run: its experiment, the configuration fields that differ between the recorded runs

@@ -346,12 +346,13 @@ def test_diverged_and_validation_runs_are_reported_apart():
                          _row(corbin.run("ldp_fl", base=BASE.replace(validation=100), epsilon=1.0), 99.0),
                          _row(corbin.run("ldp_fl", base=BASE.replace(smoothing=0.2), epsilon=1.0), 85.0)])
     runs.loc[1, ["diverged", "last_round"]] = [True, 7]
-    assert corbin.outcome(runs.iloc[:2]) == "80.0 (1 seed); 1 diverged (round 7)"
+    assert corbin.outcome(runs.iloc[:2]) == "80.0 (1 seed); 1 of 2 diverged (round 7)"
     t = corbin.compare(runs)
     rows = t[t["claim"] == "cifar10 ldp_fl ε=1"]
     assert rows["ours (%)"].tolist() == ["not run"]
     runs["dataset"] = "cifar10"
     t = corbin.compare(runs)
     rows = t[t["claim"] == "cifar10 ldp_fl ε=1"]
-    assert rows["ours (%)"].tolist() == ["85.0 (1 seed)", "80.0 (1 seed); 1 diverged (round 7)"]  # λ = 0.2, then plain
+    # λ = 0.2, then the plain mean
+    assert rows["ours (%)"].tolist() == ["85.0 (1 seed)", "80.0 (1 seed); 1 of 2 diverged (round 7)"]
     assert "λ = 0.2" in rows["settings"].iloc[0] and "plain mean" in rows["settings"].iloc[1]

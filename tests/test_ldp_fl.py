@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ldptut.experiments import FedAvgRun, Runner
+from ldptut.experiments import FedAvgRun, Runner, diverged_note
 from ldptut.fl import FixedRange, GlobalModelRange
 from ldptut.papers import ldp_fl
 from ldptut.runcache import records_table, RunRecord
@@ -148,6 +148,13 @@ def test_runner_records_a_small_grid_and_reuses_shared_runs():
     assert (h["epsilon_round"] == 2.0 * 650).all()  # logreg on 8x8 digits: d = 10 x 65 weights, 2 per weight
 
 
+def test_the_diverged_note_counts_diverged_runs_of_all_and_names_their_rounds_in_order():
+    runs = pd.DataFrame({"accuracy": [float("nan"), 90.0, float("nan")], "diverged": [True, False, True],
+                         "last_round": [8, 10, 3]})
+    assert diverged_note(runs) == "2 of 3 diverged (round 3, 8)"
+    assert diverged_note(runs.iloc[1:2]) == "" and diverged_note(runs.drop(columns="diverged")) == ""
+
+
 def test_a_run_whose_weights_blow_up_is_recorded_as_diverged_and_summarised_as_such(tmp_path):
     """A grid point whose training blows up (here an MLP at lr 1e10: within the first local epoch its weights
     overflow) is a result: recorded with its history ending in that round, marked diverged, stored and read back. The
@@ -164,8 +171,9 @@ def test_a_run_whose_weights_blow_up_is_recorded_as_diverged_and_summarised_as_s
         assert math.isnan(rec.final_accuracy)
     assert recs[2].history["round"].tolist() == [1, 2, 3] and not recs[2].history["diverged"].any()
     s = runner.summary("vs epsilon", ["epsilon", "lr"]).set_index(["epsilon", "lr"])
-    assert s.loc[("non-private", 1e10), "diverged"] == "1 (round 1)" and s.loc[("non-private", 1e10), "count"] == 0
-    assert s.loc[("2", 1e10), "diverged"] == "1 (round 1)" and s.loc[("2", 0.1), "diverged"] == ""
+    assert s.loc[("non-private", 1e10), "diverged"] == "1 of 1 diverged (round 1)"
+    assert s.loc[("non-private", 1e10), "count"] == 0  # count is of the runs that did not diverge
+    assert s.loc[("2", 1e10), "diverged"] == "1 of 1 diverged (round 1)" and s.loc[("2", 0.1), "diverged"] == ""
     assert s.loc[("2", 0.1), "count"] == 1 and 0 < s.loc[("2", 0.1), "mean"] <= 100
     again = Runner(tmp_path, progress=False).run(grid[1][1])  # stored: read back, not trained again
     assert again.loaded and bool(again.history["diverged"].iloc[-1])

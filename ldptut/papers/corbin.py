@@ -26,7 +26,7 @@ import torch
 from .._validate import epsilon as _epsilon, fraction, pos_int, real
 from ..audits import exact_ldp_audit
 from ..data import Dataset
-from ..experiments import FedAvgRun
+from ..experiments import FedAvgRun, diverged_note
 from ..fl import PairedPerturbation, RoundContext
 from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
 from ..notebooks import P
@@ -419,16 +419,13 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, CorbinRun]]:
 
 def outcome(runs: pd.DataFrame) -> str:
     """Final test accuracy (%) of ``runs`` as "mean ± std (n seeds)", over the runs that did not diverge;
-    diverged runs are counted and the round they blew up named ("diverged (round 8)")."""
+    diverged runs are counted and the round they blew up named (:func:`ldptut.experiments.diverged_note`,
+    "1 of 3 diverged (round 8)")."""
     if len(runs) == 0:
         return "not run"
     div = runs["diverged"].astype(bool) if "diverged" in runs else pd.Series(False, index=runs.index)
     ok = runs[~div]
-    parts = [mean_std(ok["accuracy"])] if len(ok) else []
-    if div.any():
-        rounds = ", ".join(str(r) for r in sorted(runs.loc[div, "last_round"]))
-        parts.append(f"{int(div.sum())} diverged (round {rounds})")
-    return "; ".join(parts)
+    return "; ".join(([mean_std(ok["accuracy"])] if len(ok) else []) + ([diverged_note(runs)] if div.any() else []))
 
 
 def compare(runs: pd.DataFrame) -> pd.DataFrame:
