@@ -21,14 +21,11 @@ import argparse
 import ast
 import importlib
 import json
-import signal
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from .devices import resolve_device
 from .runcache import RunCache
@@ -141,29 +138,6 @@ def _train_group(configs: list[RunConfig], cache_dir: str, device: str) -> list[
     return [r.config.key() for r in runner.run_all(configs)]
 
 
-@contextmanager
-def _sigint_remembered() -> Iterator[threading.Event]:
-    """While inside, a SIGINT also sets the yielded event, besides raising KeyboardInterrupt as Python's handler does.
-    Ray's ``wait`` checks for signals itself and can swallow the KeyboardInterrupt (seen: a sweep kept waiting > 90 s
-    after a SIGINT); the event lets the caller raise it again. Outside the main thread, or when a handler other than
-    Python's default is installed, nothing is changed and the event never sets."""
-    flag = threading.Event()
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield flag
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        flag.set()
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, handler)
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: str = "cpu", address: Optional[str] = None,
               num_cpus: Optional[int] = None, cpus_per_task: float = 1.0, gpus_per_task: float = 0.0,
               max_retries: int = 2, progress: bool = True) -> SweepReport:
@@ -194,34 +168,31 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
             kw["num_cpus"] = num_cpus
         ray.init(**kw)
     pending: dict[Any, list[RunConfig]] = {}
-    with _sigint_remembered() as interrupted:
-        try:
-            task = ray.remote(num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=max_retries,
-                              retry_exceptions=True)(_train_group)
-            pending = {task.remote(g, cache_dir, device): g for g in groups}
-            bar = tqdm(total=sum(len(g) for g in groups), desc="sweep (runs)", disable=not progress, mininterval=1.0)
-            while pending:
-                # a short timeout hands control back to Python every second, so a SIGINT raises KeyboardInterrupt
-                # at once instead of when the next task ends (a slow task once kept an interrupted sweep alive > 120 s)
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-                if interrupted.is_set():  # a SIGINT whose KeyboardInterrupt Ray swallowed
-                    raise KeyboardInterrupt
-                if not ready:
-                    continue
-                group = pending.pop(ready[0])
-                try:
-                    report.trained += ray.get(ready[0])
-                except Exception as e:  # noqa: BLE001 - every failure is reported, none dropped
-                    report.failed.append(([c.key() for c in group], f"{type(e).__name__}: {str(e).splitlines()[-1]}"))
-                bar.update(len(group))
-            bar.close()
-        except KeyboardInterrupt:  # stop the running tasks first, or shutdown waits for them
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
-        finally:
-            if started:
-                ray.shutdown()
+    try:
+        task = ray.remote(num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=max_retries,
+                          retry_exceptions=True)(_train_group)
+        pending = {task.remote(g, cache_dir, device): g for g in groups}
+        bar = tqdm(total=sum(len(g) for g in groups), desc="sweep (runs)", disable=not progress, mininterval=1.0)
+        while pending:
+            # a short timeout hands control back to Python every second, so a SIGINT raises KeyboardInterrupt
+            # at once instead of when the next task ends (a slow task once kept an interrupted sweep alive > 120 s)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            if not ready:
+                continue
+            group = pending.pop(ready[0])
+            try:
+                report.trained += ray.get(ready[0])
+            except Exception as e:  # noqa: BLE001 - every failure is reported, none dropped
+                report.failed.append(([c.key() for c in group], f"{type(e).__name__}: {str(e).splitlines()[-1]}"))
+            bar.update(len(group))
+        bar.close()
+    except KeyboardInterrupt:  # stop the running tasks first, or shutdown waits for them
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started:
+            ray.shutdown()
     report.seconds = time.perf_counter() - t0
     return report
 

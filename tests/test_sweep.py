@@ -276,32 +276,3 @@ def test_an_interrupted_sweep_resumes_without_retraining_finished_runs(tmp_path)
     assert [c.key() for c in done] == [quick.key()] and [[c.key() for c in g] for g in groups] == [[slow.key()]]
     rep = sweep.run_sweep([quick], cache_dir=cache, num_cpus=1, progress=False)
     assert rep.trained == [] and rep.stored == [quick.key()] and path.stat().st_mtime_ns == stamp
-
-
-def test_a_sigint_that_ray_swallows_is_still_remembered_and_the_default_handler_comes_back():
-    """Ray's wait checks signals itself and can swallow the KeyboardInterrupt (a sweep once kept waiting > 90 s after a
-    SIGINT); inside ``_sigint_remembered`` the signal also sets an event, which the sweep's loop checks."""
-    with sweep._sigint_remembered() as interrupted:
-        assert not interrupted.is_set()
-        try:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1.0)  # the handler runs here, in the main thread
-        except KeyboardInterrupt:  # what Ray does with it
-            pass
-        assert interrupted.is_set()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
-def test_outside_the_main_thread_the_sigint_handler_is_left_alone():
-    import threading
-
-    seen = []
-
-    def body():
-        with sweep._sigint_remembered() as interrupted:
-            seen.append((interrupted.is_set(), signal.getsignal(signal.SIGINT)))
-
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    assert seen == [(False, signal.default_int_handler)]
