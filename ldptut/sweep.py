@@ -174,8 +174,7 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
         pending = {task.remote(g, cache_dir, device): g for g in groups}
         bar = tqdm(total=sum(len(g) for g in groups), desc="sweep (runs)", disable=not progress, mininterval=1.0)
         while pending:
-            # a short timeout hands control back to Python every second, so a SIGINT raises KeyboardInterrupt
-            # at once instead of when the next task ends (a slow task once kept an interrupted sweep alive > 120 s)
+            # a short timeout hands control back to Python every second, so that a SIGINT is seen within a second
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             if not ready:
                 continue

@@ -248,7 +248,11 @@ def test_an_interrupted_sweep_resumes_without_retraining_finished_runs(tmp_path)
     quick, slow = _tiny(3), _tiny(4, rounds=200, model="mlp")
     cache = tmp_path / "cache"
     script = tmp_path / "go.py"
+    # the script restores Python's SIGINT handler: a shell starts a background job (`make test &`) with SIGINT ignored,
+    # and its children inherit that, so the sweep could never be interrupted (the cause of this test's past timeouts)
     script.write_text(textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from ldptut.experiments import FedAvgRun
         from ldptut.sweep import run_sweep
         quick = FedAvgRun(paper="test", dataset="mnist", model="logreg", n_clients=2, rounds=1, seed=3, lr=0.1)
