@@ -82,6 +82,20 @@ def test_every_parameter_file_passes_its_chapters_check(path):
     _run_parameter_cells(chapter, **values)
 
 
+def test_welchs_interval_against_scipys_and_its_edge_cases():
+    import pandas as pd
+    from scipy.stats import ttest_ind
+
+    from ldptut.papers import welch_interval
+    a, b = pd.Series([1.0, 2.0, 3.0]), pd.Series([2.0, 4.0, 6.0, 8.0])
+    d, lo, hi = welch_interval(a, b)
+    ci = ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert d == -3.0 and abs(lo - ci.low) < 1e-9 and abs(hi - ci.high) < 1e-9
+    assert welch_interval(a[:1], b) is None and welch_interval(a, b[:1]) is None
+    with pytest.raises(ValueError, match="level"):
+        welch_interval(a, b, level=1.0)
+
+
 def test_the_shared_t_interval_against_its_closed_form():
     import pandas as pd
 

@@ -395,6 +395,22 @@ def test_compare_never_pools_models_and_lists_the_data_sets_model_first():
     assert only.loc["Table 1 mnist ε=5 fixed", "ours (%)"] == "not run"
 
 
+def test_cost_gap_compares_two_models_paired_costs_by_welchs_interval():
+    # cnn2's costs 7 and 9 (seeds 0, 1), cnn_fedavg's 2, 3 and 4 (seeds 0-2): 8 - 3 = 5 points
+    rows = [_run(seed=s, accuracy=a) for s, a in ((0, 85.0), (1, 83.0))]
+    rows += [_run(seed=s, mechanism=None, accuracy=92.0) for s in (0, 1)]
+    rows += [_run(model="cnn_fedavg", seed=s, accuracy=a) for s, a in ((0, 97.0), (1, 96.0), (2, 95.0))]
+    rows += [_run(model="cnn_fedavg", seed=s, mechanism=None, accuracy=99.0) for s in (0, 1, 2)]
+    runs = pd.DataFrame(rows)
+    from scipy.stats import ttest_ind
+
+    lo, hi = ttest_ind([7.0, 9.0], [2.0, 3.0, 4.0], equal_var=False).confidence_interval(0.95)
+    assert ldp_fl.cost_gap(runs, ("cnn2", "cnn_fedavg")) == (f"5.0 points, Welch 95 % interval [{lo:.1f}, {hi:.1f}] "
+                                                             "(2 and 3 pairs)")
+    assert ldp_fl.cost_gap(runs.iloc[1:], ("cnn2", "cnn_fedavg")) == ""          # one cnn2 pair: no interval
+    assert ldp_fl.cost_gap(runs, ("cnn2", "cnn_fedavg"), batch_size=10) == ""   # nothing at that local computation
+
+
 def test_reported_at_finds_the_papers_number_for_a_setting_or_none():
     assert ldp_fl.reported_at("mnist", epsilon=1.0, rule="fixed", n_clients=100).value == 96.24
     assert ldp_fl.reported_at("mnist", epsilon=5.0, rule="adaptive", n_clients=100).value == 96.06

@@ -94,6 +94,24 @@ def t_interval(values: pd.Series, *, level: float = 0.95) -> Optional[tuple[floa
     return m - half, m + half
 
 
+def welch_interval(a: pd.Series, b: pd.Series, *, level: float = 0.95) -> Optional[tuple[float, float, float]]:
+    """(mean(a) - mean(b), lo, hi): Welch's t confidence interval for the difference of two independent means,
+    mean(a) - mean(b) ± t_{(1 + level) / 2, ν} sqrt(s_a²/n_a + s_b²/n_b), with ν the Welch-Satterthwaite degrees of
+    freedom (s the sample std); None when either has fewer than two values."""
+    na, nb = len(a), len(b)
+    if na < 2 or nb < 2:
+        return None
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    from scipy.stats import t as _t
+
+    va, vb = float(a.var(ddof=1)) / na, float(b.var(ddof=1)) / nb
+    nu = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
+    half = float(_t.ppf((1 + level) / 2, nu)) * math.sqrt(va + vb)
+    d = float(a.mean()) - float(b.mean())
+    return d, d - half, d + half
+
+
 def format_interval(values: pd.Series, *, level: float = 0.95, fmt: str = ".1f") -> str:
     """:func:`t_interval` as "[lo, hi]", or "" with fewer than two values (an interval needs two seeds)."""
     ci = t_interval(values, level=level)

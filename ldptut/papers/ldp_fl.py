@@ -23,7 +23,7 @@ from ..experiments import CLIP_ONLY, FedAvgRun
 from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
 from ..notebooks import P
 from ..rng import generator
-from . import Paper, Reported, format_interval, mean_std
+from . import Paper, Reported, format_interval, mean_std, welch_interval
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
            "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
@@ -302,6 +302,46 @@ def _on_test_with(c: Any, optimizer: str, lr: Optional[float], momentum: float) 
             and (lr is None or getattr(c, "lr", None) == lr))
 
 
+def _claim_runs(runs: pd.DataFrame, claim: Reported, *, batch_size: int, local_epochs: int, client_fraction: float,
+                optimizer: str, lr: Optional[float], momentum: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(same, claimed): the runs at the claim's data set and number of clients with this local computation and
+    fraction of clients, scored on test (:func:`_on_test_with`); and those of them at the claim's ε and range rule."""
+    data, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
+    same = runs[(runs["dataset"] == data) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
+                & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)
+                & runs["config"].map(lambda c: _on_test_with(c, optimizer, lr, momentum)).astype(bool)]
+    if rule == "fixed":
+        target = FixedRange(*FIXED_RANGE[data])
+        matches = same["config"].map(lambda c: getattr(c, "range", None) == target)
+    else:
+        matches = same["config"].map(lambda c: isinstance(getattr(c, "range", None), GlobalModelRange))
+    return same, same[(same["epsilon"] == eps) & matches.astype(bool)]
+
+
+def cost_gap(runs: pd.DataFrame, models: tuple[str, str], *, dataset: str = "mnist", batch_size: int = 32,
+             local_epochs: int = 1, client_fraction: float = 1.0, optimizer: str = "sgd", lr: Optional[float] = None,
+             momentum: float = 0.0) -> str:
+    """How many points more privacy costs ``models[0]`` than ``models[1]`` at the data set's headline claim (its first
+    :data:`REPORTED` number) and this local computation (as in :func:`compare`): each model's costs are paired by
+    seed (non-private minus private accuracy, :func:`privacy_cost`), and the two models' costs, independent runs, are
+    compared by Welch's t interval (:func:`ldptut.papers.welch_interval`). "2.3 points, Welch 95 % interval [0.6, 4.0]
+    (4 and 10 pairs)"; "" when a model has fewer than two pairs."""
+    claim = next(c for c in REPORTED if c.where["dataset"] == dataset)
+    same, claimed = _claim_runs(runs, claim, batch_size=batch_size, local_epochs=local_epochs,
+                                client_fraction=client_fraction, optimizer=optimizer, lr=lr, momentum=momentum)
+    costs = []
+    for m in models:
+        ours = claimed[claimed["model"] == m]
+        nonpriv = same[same["mechanism"].isna() & (same["model"] == m)]
+        both = _pairs(ours, nonpriv, by=("seed", "lr"))
+        costs.append(both["accuracy_np"] - both["accuracy_p"])
+    w = welch_interval(costs[0], costs[1])
+    if w is None:
+        return ""
+    pairs = f"{len(costs[0])} and {len(costs[1])} pairs"
+    return f"{w[0]:.1f} points, Welch 95 % interval [{w[1]:.1f}, {w[2]:.1f}] ({pairs})"
+
+
 def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, client_fraction: float = 1.0,
             optimizer: str = "sgd", lr: Optional[float] = None, momentum: float = 0.0,
             dataset: Optional[str] = None, model: Optional[str] = None) -> pd.DataFrame:
@@ -333,16 +373,9 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
         runs = runs[runs["model"] == model]
     rows = []
     for claim in (c for c in REPORTED if dataset is None or c.where["dataset"] == dataset):
-        data, n, rule, eps = claim.where["dataset"], claim.where["n_clients"], claim.where["rule"], claim.epsilon
-        same = runs[(runs["dataset"] == data) & (runs["n_clients"] == n) & (runs["batch_size"] == batch_size)
-                    & (runs["local_epochs"] == local_epochs) & (runs["client_fraction"] == client_fraction)
-                    & runs["config"].map(lambda c: _on_test_with(c, optimizer, lr, momentum)).astype(bool)]
-        if rule == "fixed":
-            target = FixedRange(*FIXED_RANGE[data])
-            matches = same["config"].map(lambda c: getattr(c, "range", None) == target)
-        else:
-            matches = same["config"].map(lambda c: isinstance(getattr(c, "range", None), GlobalModelRange))
-        claimed = same[(same["epsilon"] == eps) & matches.astype(bool)]
+        same, claimed = _claim_runs(runs, claim, batch_size=batch_size, local_epochs=local_epochs,
+                                    client_fraction=client_fraction, optimizer=optimizer, lr=lr, momentum=momentum)
+        data = claim.where["dataset"]
         models = sorted(set(claimed["model"]), key=lambda m: (m != SETTINGS[data]["model"], m)) or [None]
         for m in models:
             ours = claimed[claimed["model"] == m]
@@ -370,6 +403,18 @@ def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequen
     the Student t 95 % interval of the mean difference (:func:`ldptut.papers.format_interval`; none with one pair),
     "" when no seed was run both ways. Columns ``accuracy`` (%) and those of ``by`` (the pairing key: the seed, and
     any setting the runs may differ in, e.g. ``lr`` when :func:`compare` pools learning rates), one run per key."""
+    both = _pairs(private, non_private, by=by)
+    if both.empty:
+        return ""
+    diffs = both["accuracy_np"] - both["accuracy_p"]
+    ci = format_interval(diffs)
+    unit = "seed" if "seed" in both and both["seed"].is_unique else "pair"  # a seed may pair at several lrs
+    return mean_std(diffs, unit=unit) + (f" {ci}" if ci else "")
+
+
+def _pairs(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """The runs of both frames with the same ``by`` key, side by side (``accuracy_np``, ``accuracy_p``); raises when a
+    key has several runs in one frame."""
     key = list(by)
     for name, runs in (("private", private), ("non_private", non_private)):
         dup = runs.duplicated(subset=key)
@@ -377,13 +422,7 @@ def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequen
             raise ValueError(f"{name} has several runs with the same {'/'.join(key)} "
                              f"({runs.loc[dup, key].to_dict('records')}); a paired difference needs one run per key: "
                              "pass the setting they differ in through by=")
-    both = pd.merge(non_private[key + ["accuracy"]], private[key + ["accuracy"]], on=key, suffixes=("_np", "_p"))
-    if both.empty:
-        return ""
-    diffs = both["accuracy_np"] - both["accuracy_p"]
-    ci = format_interval(diffs)
-    unit = "seed" if "seed" in both and both["seed"].is_unique else "pair"  # a seed may pair at several lrs
-    return mean_std(diffs, unit=unit) + (f" {ci}" if ci else "")
+    return pd.merge(non_private[key + ["accuracy"]], private[key + ["accuracy"]], on=key, suffixes=("_np", "_p"))
 
 
 def reported_at(dataset: str, *, epsilon: float, rule: str, n_clients: int) -> Optional[Reported]:
