@@ -252,7 +252,6 @@ class Runner:
             out["epsilon"] = out["epsilon"].map(lambda e: "non-private" if pd.isna(e) else f"{e:g}")
         return out
 
-
     def provenance(self) -> pd.DataFrame:
         """Every recorded run: its experiment, the configuration fields that differ between the recorded runs
         (seed always), where it came from (stored in the cache or trained in this execution), the commit and

@@ -409,6 +409,8 @@ def test_cost_gap_compares_two_models_paired_costs_by_welchs_interval():
                                                              "(2 and 3 pairs)")
     assert ldp_fl.cost_gap(runs.iloc[1:], ("cnn2", "cnn_fedavg")) == ""          # one cnn2 pair: no interval
     assert ldp_fl.cost_gap(runs, ("cnn2", "cnn_fedavg"), batch_size=10) == ""   # nothing at that local computation
+    with pytest.raises(ValueError, match="dataset='svhn' has no claim"):
+        ldp_fl.cost_gap(runs, ("cnn2", "cnn_fedavg"), dataset="svhn")
 
 
 def test_reported_at_finds_the_papers_number_for_a_setting_or_none():

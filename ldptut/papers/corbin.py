@@ -424,8 +424,8 @@ def outcome(runs: pd.DataFrame) -> str:
     if len(runs) == 0:
         return "not run"
     div = runs["diverged"].astype(bool) if "diverged" in runs else pd.Series(False, index=runs.index)
-    ok = runs[~div]
-    return "; ".join(([mean_std(ok["accuracy"])] if len(ok) else []) + ([diverged_note(runs)] if div.any() else []))
+    return "; ".join(part for part in (mean_std(runs.loc[~div, "accuracy"]) if (~div).any() else "",
+                                       diverged_note(runs)) if part)
 
 
 def compare(runs: pd.DataFrame) -> pd.DataFrame:

@@ -326,7 +326,10 @@ def cost_gap(runs: pd.DataFrame, models: tuple[str, str], *, dataset: str = "mni
     seed (non-private minus private accuracy, :func:`privacy_cost`), and the two models' costs, independent runs, are
     compared by Welch's t interval (:func:`ldptut.papers.welch_interval`). "2.3 points, Welch 95 % interval [0.6, 4.0]
     (4 and 10 pairs)"; "" when a model has fewer than two pairs."""
-    claim = next(c for c in REPORTED if c.where["dataset"] == dataset)
+    claim = next((c for c in REPORTED if c.where["dataset"] == dataset), None)
+    if claim is None:
+        raise ValueError(f"dataset={dataset!r} has no claim of the paper; use one of "
+                         f"{sorted({c.where['dataset'] for c in REPORTED})}")
     same, claimed = _claim_runs(runs, claim, batch_size=batch_size, local_epochs=local_epochs,
                                 client_fraction=client_fraction, optimizer=optimizer, lr=lr, momentum=momentum)
     costs = []
