@@ -386,6 +386,44 @@ def test_wu_gains_are_paired_per_seed_with_a_t_interval():
         P.compare(pd.DataFrame({"experiment": ["iid digits"]}))
 
 
+def test_wu_gains_of_noise_dominated_models_are_not_testable():
+    # A at 0.50 on both profiles; B and C differ from it by the same gains in every seed: intervals exclude 0
+    final = _wu_final(gains_b=[4.0, 6.0, 5.0], gains_c=[-3.0, -4.0, -5.0])
+    plain = P.compare(final).set_index("quantity")["test"]
+    assert plain["gain of B over A (points)"] == "gain" and plain["gain of C over A (points)"] == "loss"
+    # no-skill rate 0.60 is above every profile mean of A (0.50), B (0.55 at best) and C: both rows not testable
+    t = P.compare(final, no_skill={"iid digits": 0.60}).set_index("quantity")
+    assert t.loc["gain of B over A (points)", "test"] == "not testable"
+    assert t.loc["gain of C over A (points)", "test"] == "not testable"
+    assert t.loc["gain of B over A (points)", "paired 95 % CI"] == "[+2.5, +7.5]"  # the interval is still printed
+    # at 0.52, B's best profile mean (0.55) is above it: B is tested; C (at most 0.47) and A (0.50) are not
+    t = P.compare(final, no_skill={"iid digits": 0.52}).set_index("quantity")["test"]
+    assert t["gain of B over A (points)"] == "gain" and t["gain of C over A (points)"] == "not testable"
+    # a rate equal to the best mean counts as no skill ("at or below"); another experiment's rate is not used
+    assert P.compare(final, no_skill={"iid digits": 0.55}).set_index("quantity").loc[
+        "gain of B over A (points)", "test"] == "not testable"
+    assert P.compare(final, no_skill={"noniid digits": 0.99}).set_index("quantity")["test"].equals(plain)
+    # one profile that learns makes the row testable, even if the other is noise
+    lifted = final.copy()
+    lifted.loc[(lifted["profile"] == "p1") & (lifted["aggregation"] == "A"), "accuracy"] = 0.70
+    assert P.compare(lifted, no_skill={"iid digits": 0.60}).set_index("quantity").loc[
+        "gain of C over A (points)", "test"] != "not testable"
+    for bad in (60.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match=r"no_skill\['iid digits'\]"):
+            P.compare(final, no_skill={"iid digits": bad})
+
+
+def test_majority_rate_is_the_share_of_the_most_frequent_class():
+    assert P.majority_rate(torch.tensor([0, 2, 2, 1, 2, 0])) == pytest.approx(0.5)
+    assert P.majority_rate(torch.tensor([3])) == 1.0
+    with pytest.raises(ValueError, match="empty"):
+        P.majority_rate(torch.tensor([], dtype=torch.long))
+    rates = P.no_skill_rates(["iid digits"], {"dirichlet_alpha": 0.5, "covertype_train_size": 1000})
+    y = P.chapter_experiment("iid digits", {"dirichlet_alpha": 0.5, "covertype_train_size": 1000}).y_test
+    assert rates == {"iid digits": pytest.approx(torch.bincount(y).max().item() / len(y))}
+    assert 0.1 <= rates["iid digits"] < 0.2  # 300 test digits of 10 near-balanced classes
+
+
 def test_wu_rows_follow_the_papers_order_whatever_the_run_order():
     both = pd.concat([_wu_final([1.0], [1.0], experiment="noniid digits"), _wu_final([2.0], [2.0])])
     t = P.compare(both)

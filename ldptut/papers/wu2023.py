@@ -51,7 +51,7 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
            "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
-           "paired_t_interval", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "PARAMETERS", "chapter_experiment", "grid"]
+           "paired_t_interval", "majority_rate", "no_skill_rates", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "PARAMETERS", "chapter_experiment", "grid"]
 
 PAPER = Paper(
     key="wu2023",
@@ -689,7 +689,21 @@ def paired_t_interval(diffs: pd.Series, *, level: float = 0.95) -> Optional[tupl
     return t_interval(diffs, level=level)
 
 
-def compare(final: pd.DataFrame) -> pd.DataFrame:
+def majority_rate(y_test: torch.Tensor) -> float:
+    """The no-skill accuracy of a test set: the share of its most frequent class, max_k |{y = k}| / n (what a model
+    that always predicts one class scores at best)."""
+    if y_test.numel() == 0:
+        raise ValueError("y_test is empty: the no-skill rate of an empty test set is undefined")
+    return torch.bincount(y_test.long().flatten()).max().item() / y_test.numel()
+
+
+def no_skill_rates(keys: Sequence[str], p: Mapping[str, Any]) -> dict[str, float]:
+    """:func:`majority_rate` of the test set of each experiment in ``keys`` at the chapter's parameters ``p``
+    (:func:`chapter_experiment`; the split does not depend on the seed), for :func:`compare`'s ``no_skill``."""
+    return {key: majority_rate(chapter_experiment(key, p).y_test) for key in keys}
+
+
+def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
     """Wu et al.'s reported no-noise accuracy and gains of B and C over A next to ours, per experiment.
 
     ``final``: the last round of every run (columns experiment "iid digits" etc., kind, profile,
@@ -699,7 +713,17 @@ def compare(final: pd.DataFrame) -> pd.DataFrame:
     mean over seeds (:func:`paired_t_interval`; "1 seed" when there is one) and "test" says whether it excludes 0
     ("gain" / "loss") or not ("no evidence"). The paper's gains are read as percentage points (the paper writes
     "5.57 %"; read as relative to A they would be smaller). Rows follow :data:`EXPERIMENTS`.
+
+    ``no_skill`` (experiment -> accuracy in [0, 1] of always predicting the test set's majority class,
+    :func:`no_skill_rates`): a gain of B (C) over A is "not testable" when the mean final accuracy over seeds of every
+    personalized profile aggregated with A and with B (C) is at or below it: the noisy models are noise, and their
+    difference says nothing about the aggregation, whatever its interval. Experiments it does not name are tested as
+    above.
     """
+    no_skill = dict(no_skill or {})
+    for key, rate in no_skill.items():
+        if not 0.0 <= real(rate, f"no_skill[{key!r}]") <= 1.0:
+            raise ValueError(f"no_skill[{key!r}] must be an accuracy in [0, 1] (a fraction, not %), got {rate!r}")
     need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
     if not need <= set(final.columns):
         raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
@@ -725,10 +749,15 @@ def compare(final: pd.DataFrame) -> pd.DataFrame:
                 continue
             gain = 100 * (pers[agg] - pers["A"]).groupby("seed").mean()  # averaged over profiles, per seed
             ci = paired_t_interval(gain)
+            test = "" if ci is None else ("gain" if ci[0] > 0 else "loss" if ci[1] < 0 else "no evidence")
+            if key in no_skill:  # best profile mean (over seeds) of A and of this aggregation
+                best = pers[["A", agg]].groupby("profile").mean().max().max()
+                if best <= no_skill[key]:
+                    test = "not testable"
             rows.append({"experiment": key, "quantity": f"gain of {agg} over A (points)", "paper": claim,
                          "ours": mean_std(gain, fmt="+.1f", count=False),
                          "paired 95 % CI": "1 seed" if ci is None else f"[{ci[0]:+.1f}, {ci[1]:+.1f}]",
-                         "test": "" if ci is None else ("gain" if ci[0] > 0 else "loss" if ci[1] < 0 else "no evidence")})
+                         "test": test})
     return pd.DataFrame(rows)
 
 
