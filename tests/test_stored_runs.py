@@ -48,8 +48,9 @@ def test_every_chapter_with_paper_scale_pages_has_a_cache():
 
 def test_records_trained_on_cuda_are_not_candidates():
     cuda = [r for c in CACHES for r in load_records(c) if not _on_cpu(r)]
+    assert cuda, "no CUDA record is stored, so this guard checks nothing: drop it or store one"
     assert all(str(r.provenance["device"]).startswith("cuda") for r in cuda)
-    assert all(_on_cpu(_cheapest(c)) for c in CACHES)
+    assert all(_on_cpu(_cheapest(c)) for c in CACHES)  # CUDA records are the cheapest per round where present
 
 
 @pytest.mark.parametrize("cache", CACHES, ids=[p.name for p in CACHES])
