@@ -108,3 +108,14 @@ def test_the_shared_t_interval_against_its_closed_form():
     assert format_interval(pd.Series([1.0, 2.0, 3.0])) == "[-0.5, 4.5]"
     with pytest.raises(ValueError, match="level"):
         t_interval(pd.Series([1.0, 2.0]), level=95)
+
+
+def test_the_shared_mean_and_std_format():
+    import pandas as pd
+
+    from ldptut.papers import mean_std
+    v = pd.Series([1.0, 2.0, 4.0])  # mean 2.333..., sample std 1.5275
+    assert mean_std(v) == "2.3 ± 1.5 (3 seeds)"
+    assert mean_std(v, fmt=".2f") == "2.33 ± 1.53 (3 seeds)"        # the std at the mean's decimals
+    assert mean_std(v, fmt="+.1f", count=False) == "+2.3 ± 1.5"     # a gain's sign, never on the std
+    assert mean_std(v[:1], unit="run") == "1.0 (1 run)" and mean_std(v[:0]) == "not run"

@@ -61,6 +61,15 @@ def test_claims_match_runs_of_the_same_setting_only():
     assert table.loc["Table 1 mnist ε=5 fixed", "95 % CI"] == ""   # one seed: no interval
     assert table.loc["Table 1 mnist ε=10 fixed", "ours (%)"] == "not run"
     assert table.loc["fashion_mnist ε=4 n=200 fixed (0, 0.015)", "ours (%)"] == "not run"
+    # two decimals, as the paper prints its numbers: the same statistics, the std and interval at two decimals too
+    two = ldp_fl.compare(runs, fmt=".2f").set_index("claim").loc["mnist ε=1 n=100 fixed (0, 0.075)"]
+    assert two["ours (%)"] == "86.00 ± 1.41 (2 seeds)"
+    assert two["95 % CI"] == "[73.29, 98.71]"                 # 86 ± 12.706
+    assert two["ours non-private (%)"] == "93.00 ± 1.41 (2 seeds)"
+    assert two["privacy cost (points, paired)"] == "7.00 ± 0.00 (2 seeds) [7.00, 7.00]"
+    for bad in ("2f", ".2e", "+.1f", ".f", 2):
+        with pytest.raises(ValueError, match="fmt must be a fixed-point format"):
+            ldp_fl.compare(runs, fmt=bad)
 
 
 def test_privacy_cost_pairs_runs_by_seed():
@@ -79,6 +88,7 @@ def test_privacy_cost_pairs_runs_by_seed():
     assert ldp_fl.privacy_cost(two, two_np, by=("seed", "lr")) == "7.5 ± 3.5 (2 pairs) [-24.3, 39.3]"
     with pytest.raises(ValueError, match="pass the setting they differ in"):
         ldp_fl.privacy_cost(two, two_np)
+    assert ldp_fl.privacy_cost(private, non_private, fmt=".2f") == "6.50 ± 0.71 (2 seeds) [0.15, 12.85]"
 
 
 def test_a_fixed_range_of_another_radius_is_not_the_papers_claim():

@@ -68,15 +68,16 @@ def paper_modules() -> list[ModuleType]:
 
 
 def mean_std(values: pd.Series, *, fmt: str = ".1f", count: bool = True, unit: str = "seed") -> str:
-    """'mean ± std' (sample std), ``fmt`` for the mean (e.g. "+.1f" for gains); with ``count`` the number
-    of values follows, counted in ``unit`` (one value per seed by default; "run" where values pool runs that
-    share a seed, e.g. two learning rates); a single value has no std; no value is "not run"."""
+    """'mean ± std' (sample std), ``fmt`` for the mean (e.g. "+.1f" for gains, ".2f" for two decimals) and, without
+    its sign, for the std; with ``count`` the number of values follows, counted in ``unit`` (one value per seed by
+    default; "run" where values pool runs that share a seed, e.g. two learning rates); a single value has no std; no
+    value is "not run"."""
     if len(values) == 0:
         return "not run"
     seeds = f" ({len(values)} {unit}{'s' if len(values) > 1 else ''})" if count else ""
     if len(values) == 1:
         return f"{values.iloc[0]:{fmt}}{seeds}"
-    return f"{values.mean():{fmt}} ± {values.std():.1f}{seeds}"
+    return f"{values.mean():{fmt}} ± {values.std():{fmt.lstrip('+- ')}}{seeds}"
 
 
 def t_interval(values: pd.Series, *, level: float = 0.95) -> Optional[tuple[float, float]]:

@@ -347,7 +347,7 @@ def cost_gap(runs: pd.DataFrame, models: tuple[str, str], *, dataset: str = "mni
 
 def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, client_fraction: float = 1.0,
             optimizer: str = "sgd", lr: Optional[float] = None, momentum: float = 0.0,
-            dataset: Optional[str] = None, model: Optional[str] = None) -> pd.DataFrame:
+            dataset: Optional[str] = None, model: Optional[str] = None, fmt: str = ".1f") -> pd.DataFrame:
     """LDP-FL's reported accuracies next to ours from runs (``ldptut.runcache.load_runs`` or a Runner table).
 
     For each claim (Section 5.3 headline numbers and Table 1) the runs of the same data set, number of
@@ -365,7 +365,9 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
 
     Models are never pooled: a claim with runs of several models (the paper's "two-layer CNN" has two readings)
     gets one row per model, the data set's model of :data:`SETTINGS` first; ``model`` keeps one model's runs only.
+    ``fmt`` formats our accuracies, intervals and costs (".2f": two decimals, as the paper prints its numbers).
     """
+    _check_fmt(fmt)
     need = {"dataset", "n_clients", "epsilon", "config", "mechanism", "batch_size", "local_epochs",
             "client_fraction", "accuracy", "seed", "model", "rounds", "lr"}
     if runs.empty:
@@ -390,29 +392,38 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
                 settings = (f"{m}, {first['rounds']} rounds, {optimizer} lr {first['lr']:g}{mom}, "
                             f"batch {batch_size}, {local_epochs} local epoch(s)")
             def stat(r: pd.DataFrame) -> str:  # lr=None may pool learning rates at one seed: then count runs
-                return mean_std(r["accuracy"], unit="seed" if r["seed"].is_unique else "run")
+                return mean_std(r["accuracy"], unit="seed" if r["seed"].is_unique else "run", fmt=fmt)
 
             rows.append({"claim": claim.claim, "paper (%)": claim.value, "ours (%)": stat(ours),
-                         "95 % CI": format_interval(ours["accuracy"]),
+                         "95 % CI": format_interval(ours["accuracy"], fmt=fmt),
                          "ours non-private (%)": stat(nonpriv) if len(ours) else "",
-                         "privacy cost (points, paired)": privacy_cost(ours, nonpriv, by=("seed", "lr")),
+                         "privacy cost (points, paired)": privacy_cost(ours, nonpriv, by=("seed", "lr"), fmt=fmt),
                          "settings": settings})
     return pd.DataFrame(rows)
 
 
-def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequence[str] = ("seed",)) -> str:
+def privacy_cost(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequence[str] = ("seed",),
+                 fmt: str = ".1f") -> str:
     """What perturbation costs, paired by seed: d_s = acc(non-private, seed s) - acc(private, seed s) in points, over
     the seeds run both ways (same initial model, partition and client sampling); "mean ± std (n seeds) [lo, hi]" with
     the Student t 95 % interval of the mean difference (:func:`ldptut.papers.format_interval`; none with one pair),
     "" when no seed was run both ways. Columns ``accuracy`` (%) and those of ``by`` (the pairing key: the seed, and
-    any setting the runs may differ in, e.g. ``lr`` when :func:`compare` pools learning rates), one run per key."""
+    any setting the runs may differ in, e.g. ``lr`` when :func:`compare` pools learning rates), one run per key;
+    ``fmt`` formats the numbers (".1f": one decimal)."""
+    _check_fmt(fmt)
     both = _pairs(private, non_private, by=by)
     if both.empty:
         return ""
     diffs = both["accuracy_np"] - both["accuracy_p"]
-    ci = format_interval(diffs)
+    ci = format_interval(diffs, fmt=fmt)
     unit = "seed" if "seed" in both and both["seed"].is_unique else "pair"  # a seed may pair at several lrs
-    return mean_std(diffs, unit=unit) + (f" {ci}" if ci else "")
+    return mean_std(diffs, unit=unit, fmt=fmt) + (f" {ci}" if ci else "")
+
+
+def _check_fmt(fmt: str) -> None:
+    """Raises unless ``fmt`` is a fixed-point format of a number, e.g. ".1f" or ".2f"."""
+    if not (isinstance(fmt, str) and fmt.startswith(".") and fmt.endswith("f") and fmt[1:-1].isdigit()):
+        raise ValueError(f"fmt must be a fixed-point format such as '.1f' or '.2f' (decimals, then f), got {fmt!r}")
 
 
 def _pairs(private: pd.DataFrame, non_private: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
