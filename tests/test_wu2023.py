@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ldptut import accounting, audits, fl, models, partition
+from ldptut import accounting, audits, fl, models, partition, provenance
 from ldptut.experiments import Runner
 from ldptut.mechanisms import Gaussian, LdpSign
 from ldptut.papers import wu2023 as P
@@ -304,7 +304,7 @@ def test_grid_runs_are_typed_and_trained_together_with_the_same_numbers_as_alone
         configs[0].replace(aggregation="D")
 
 
-def test_stored_runs_load_back_with_their_labels(tmp_path):
+def test_stored_runs_load_back_with_their_labels(tmp_path, monkeypatch):
     exp = _small_digits_experiment()
     trained = P.run_experiment(Runner(tmp_path, progress=False), exp, [0, 1])
     assert len(list(tmp_path.glob("*.json"))) == 10  # one record per run
@@ -316,9 +316,17 @@ def test_stored_runs_load_back_with_their_labels(tmp_path):
     key = ["seed", "profile", "aggregation", "round"]
     s, t = (df.sort_values(key).reset_index(drop=True) for df in (stored, trained))
     assert s["accuracy"].tolist() == t["accuracy"].tolist()
+    assert set(stored["code"]) == {"current"}  # trained by this code
+    # a later change of the numerics (ldptut.provenance.NUMERICS bumped) flags every stored run as older code
+    monkeypatch.setattr(provenance, "NUMERICS", provenance.NUMERICS + 1)
+    flagged = set(P.load_runs(tmp_path)["code"])
+    assert flagged == {f"older code (numerics v{provenance.NUMERICS - 1}, now v{provenance.NUMERICS})"}, flagged
+    monkeypatch.undo()
     # another setting is another record, never the stored one
     P.run_experiment(Runner(tmp_path, progress=False), exp, [0], on_empty="all")
     assert len(list(tmp_path.glob("*.json"))) == 15  # on_empty is part of every run's key
+
+
 def test_covertype_raw_is_the_same_split_with_unscaled_numeric_columns():
     s = P.SETTINGS["iid"]["covertype"]
     std = P.load_experiment("covertype", "iid", s, train_size=2000, test_size=500)

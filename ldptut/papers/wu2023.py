@@ -41,6 +41,7 @@ from ..fl import FLConfig, Run, RoundContext, mean_aggregator, simulate
 from ..mechanisms import Gaussian, LdpSign, Mechanism
 from ..models import LogisticRegression
 from ..notebooks import P
+from ..provenance import numerics_flag
 from ..rng import generator
 from ..runcache import RunRecord, load_records
 from ..runconfig import RunConfig
@@ -547,7 +548,9 @@ def configs(exp: "Experiment", seeds: Sequence[int], *, reading: str = "sqrt_all
 
 def histories(records: Sequence[RunRecord]) -> pd.DataFrame:
     """The per-round histories of Wu runs, with their labels (:meth:`WuRun.labels`), the run's n_train,
-    n_test, rounds, local_passes, on_empty, and the record's commit, date and training seconds."""
+    n_test, rounds, local_passes, on_empty, and the record's commit, date, training seconds and ``code``:
+    :func:`ldptut.provenance.numerics_flag` of its numerics version ("current", or "older code" for a run that the
+    present code would re-train to other numbers)."""
     out = []
     for rec in records:
         c = rec.config
@@ -556,7 +559,8 @@ def histories(records: Sequence[RunRecord]) -> pd.DataFrame:
         prov = rec.provenance
         out.append(rec.history.assign(**c.labels(), n_train=c.n_train, n_test=c.n_test, rounds=c.rounds,
                                       local_passes=c.local_passes, on_empty=c.on_empty, commit=prov.get("commit"),
-                                      date=prov.get("date"), train_seconds=prov.get("seconds")))
+                                      date=prov.get("date"), train_seconds=prov.get("seconds"),
+                                      code=numerics_flag(prov.get("numerics"))))
     if not out:
         return pd.DataFrame()
     return pd.concat(out, ignore_index=True)
