@@ -3,7 +3,11 @@
 * LDP-FL's client-chosen range leaks through the two-point outputs (:func:`range_leak`, below);
 * PD-LDPFL's private scale t = max(θ) leaks through the Piecewise Mechanism's support
   (:func:`recover_piecewise_scale`, :func:`piecewise_scale_leak`);
-* deep leakage from gradients, DLG (Zhu, Liu, Han, NeurIPS 2019): :func:`dlg_attack`.
+* deep leakage from gradients, DLG (Zhu, Liu, Han, NeurIPS 2019): :func:`dlg_attack`;
+* the floating-point attack on textbook samplers (Mironov, CCS 2012): :func:`floating_point_attack` enumerates
+  every uniform a sampler can draw and finds the reports one input can give and another never can
+  (:func:`textbook_laplace`, :func:`textbook_piecewise`, :func:`textbook_hybrid`: the float samplers the
+  grid laws of :mod:`ldptut.fpsafe` replace).
 
 Checking LDP-FL's claim that a client may choose its own weight range and stay ε-LDP.
 
@@ -193,33 +197,37 @@ def range_leak(
 # on an input in [-1, 1] covers [-C, C], C = (e^{ε/2} + 1) / (e^{ε/2} - 1), with density at least
 # p_low = e^{-ε/2} / (2C) everywhere, so after the multiplication the reports fill [-C|t|, C|t|]
 # and their largest magnitude, divided by the public C, tends to the client's private scale |t|.
+# Our PM reports on a grid of [-C_d, C_d] (:class:`~ldptut.mechanisms.Piecewise`, the design ε_d <= ε):
+# the attack divides by C_d, public as well, and the grid's step enters the tolerance.
 
 __all__ += ["recover_piecewise_scale", "piecewise_scale_tolerance", "piecewise_scale_leak"]
 
 
 def recover_piecewise_scale(reports: Tensor, epsilon: float, *, dim: Optional[int] = -1) -> Tensor:
-    """The server's estimate of a client's private PM scale: t̂ = max_i |y_i| / C.
+    """The server's estimate of a client's private PM scale: t̂ = max_i |y_i| / C_d.
 
     Reports y_i = t · T*_i of PD-LDPFL's Algorithm 2 (Wang, Yang, Wei 2024), T*_i the Piecewise
     Mechanism's output on v_i = θ_i / t (clipped to [-1, 1]), lie in [-C|t|, C|t|] with
-    C = (e^{ε/2} + 1) / (e^{ε/2} - 1) (Wang et al., ICDE 2019, Sec. III-B), so t̂ <= |t| always.
+    C = (e^{ε/2} + 1) / (e^{ε/2} - 1) (Wang et al., ICDE 2019, Sec. III-B); our PM reports on a grid of
+    [-C_d, C_d] (its design ε_d <= ε, :class:`~ldptut.mechanisms.Piecewise`), so t̂ <= |t| always.
 
     Exact law (the n reports are independent): with F_v the CDF of T* on input v
     (:meth:`~ldptut.mechanisms.Piecewise.cdf`), for s in [0, 1]
 
         P(t̂ <= s |t|) = prod_i [F_{v_i}(sC) - F_{v_i}(-sC)].
 
-    PM's density is at least p_low = e^{-ε/2} / (2C) on all of [-C, C], so each factor is at most
-    1 - (1 - s) e^{-ε/2}: with x = 1 - t̂ / |t| the relative error,
+    For the continuous PM: its density is at least p_low = e^{-ε/2} / (2C) on all of [-C, C], so each
+    factor is at most 1 - (1 - s) e^{-ε/2}: with x = 1 - t̂ / |t| the relative error,
 
         P(x > a) <= (1 - a e^{-ε/2})^n <= exp(-n a e^{-ε/2}),
         E[x] <= e^{ε/2} (1 - (1 - e^{-ε/2})^{n+1}) / (n + 1) <= e^{ε/2} / (n + 1),
 
     with equality in the first line when every v_i = 0 and a <= (C + 1) / (2C) (the tails of
-    [-C, C] then lie in PM's low-density pieces). So with probability >= 1 - δ,
-    |t| ∈ [t̂, t̂ / (1 - a_δ)], a_δ = e^{ε/2} (1 - δ^{1/n}) <= e^{ε/2} ln(1/δ) / n
+    [-C, C] then lie in PM's low-density pieces). The grid law (ε_d, C_d, step g) rounds each report
+    by less than g, which adds less than g / C_d to x. So with probability >= 1 - δ,
+    |t| ∈ [t̂, t̂ / (1 - a_δ)], a_δ = e^{ε_d/2} (1 - δ^{1/n}) + g / C_d
     (:func:`piecewise_scale_tolerance`): a one-sided confidence interval of relative width
-    O(e^{ε/2} / n). Inputs at ±1 (the largest weight, v = 1 under t = max θ) only shrink x.
+    O(e^{ε/2} / n) plus one grid step. Inputs at ±1 (the largest weight, v = 1 under t = max θ) only shrink x.
 
     ``reports``: a floating-point tensor; ``dim``: the dimension holding one client's layer (default
     the last; ``None``: all elements are one layer). Returns float64, shape of ``reports`` without
@@ -237,21 +245,24 @@ def recover_piecewise_scale(reports: Tensor, epsilon: float, *, dim: Optional[in
     if not -y.ndim <= d < y.ndim:
         raise ValueError(f"dim must be in [-{y.ndim}, {y.ndim - 1}] for reports of shape {tuple(reports.shape)}, got {dim}")
     y = _float_tensor(y.movedim(d, -1), "reports", min_last=1)
-    C = 1.0 / math.tanh(eps / 4.0)  # (e^{ε/2} + 1) / (e^{ε/2} - 1), as in Piecewise
+    C = Piecewise(epsilon=eps).law.C  # the largest report on t = 1 (the grid law's C_d, public)
     return y.abs().amax(-1) / C
 
 
 def piecewise_scale_tolerance(*, n: int, epsilon: float, delta: float) -> float:
-    """a_δ = e^{ε/2} (1 - δ^{1/n}) (capped at 1): P(1 - t̂ / |t| > a_δ) <= δ for n PM reports.
+    """a_δ = e^{ε_d/2} (1 - δ^{1/n}) + g / C_d (capped at 1): P(1 - t̂ / |t| > a_δ) <= δ for n PM reports.
 
-    From P(1 - t̂/|t| > a) <= (1 - a e^{-ε/2})^n (:func:`recover_piecewise_scale`), for every input
-    in [-1, 1]; a_δ <= e^{ε/2} ln(1/δ) / n.
+    From P(1 - t̂/|t| > a) <= (1 - a e^{-ε/2})^n for the continuous PM (:func:`recover_piecewise_scale`), for
+    every input in [-1, 1], at the grid law's design ε_d (:class:`~ldptut.mechanisms.Piecewise`): the grid's
+    randomized rounding moves a report by less than its step g, so the grid report's relative error exceeds the
+    continuous one's by less than g / C_d. e^{ε_d/2} (1 - δ^{1/n}) <= e^{ε_d/2} ln(1/δ) / n.
     """
     n = _check_pos_int(n, "n")
     eps = _check_epsilon(epsilon)
     dl = _check_delta(delta)
-    # e^{ε/2} · (-expm1(ln δ / n)), without overflow for large ε
-    return min(1.0, math.exp(min(eps / 2.0, 700.0)) * -math.expm1(math.log(dl) / n))
+    law = Piecewise(epsilon=eps).law
+    # e^{ε_d/2} · (-expm1(ln δ / n)), without overflow
+    return min(1.0, math.exp(min(law.epsilon_design / 2.0, 700.0)) * -math.expm1(math.log(dl) / n) + law.g / law.C)
 
 
 def _scale_perturb(w: Tensor, t: float, eps: float, generator: Optional[torch.Generator]) -> Tensor:
@@ -515,3 +526,74 @@ def dlg_mse(reconstructed: Tensor, true: Tensor) -> Tensor:
 
     rows, cols = linear_sum_assignment(cost.numpy())
     return cost[torch.as_tensor(rows), torch.as_tensor(cols)]
+
+
+# ==== Floating-point attack on textbook samplers (Mironov, CCS 2012) ===============================
+__all__ += ["textbook_laplace", "textbook_piecewise", "textbook_hybrid", "FloatAttack", "floating_point_attack"]
+
+
+def textbook_laplace(w: Tensor, u: Tensor, *, epsilon: float, radius: float = 1.0) -> Tensor:
+    """The textbook float sampler of the Laplace mechanism: w + b sign(v) |log(1 - 2|v|)|, v = u - 1/2 + 2^-25
+    (inverse CDF of one uniform, b = 2 r / ε), computed in w's dtype. What ldptut sampled before its grid laws."""
+    delta = torch.finfo(w.dtype).eps / 4
+    v = u.to(w.dtype) - (0.5 - delta)
+    noise = v.abs().mul(-2.0).add(1.0).log().copysign(v)
+    return w + noise * (2.0 * radius / epsilon)
+
+
+def textbook_piecewise(w: Tensor, u: Tensor, *, epsilon: float) -> Tensor:
+    """The textbook float sampler of the Piecewise Mechanism on [-1, 1] (Wang et al., ICDE 2019, Algorithm 2, by the
+    inverse CDF of one uniform), computed in w's dtype."""
+    half = epsilon / 2.0
+    C = 1.0 / math.tanh(half / 2.0)
+    q, q_out = 1.0 / (1.0 + math.exp(-half)), 1.0 / (1.0 + math.exp(half))
+    u = u.to(w.dtype)
+    d = u - (w + 1.0) * (q_out / 2.0)
+    inner = d.clamp(0.0, q)
+    outer = d.clamp(max=0.0) + (d - q).clamp(min=0.0)
+    l = w * ((C + 1.0) / 2.0) - (C - 1.0) / 2.0
+    return (l + inner * ((C - 1.0) / q) + outer * ((C + 1.0) / q_out)).clamp(-C, C)
+
+
+def textbook_hybrid(w: Tensor, u: Tensor, *, epsilon: float) -> Tensor:
+    """The textbook float sampler of the Hybrid Mechanism on [-1, 1]: u < β: :func:`textbook_piecewise` with u / β,
+    else Duchi's two-point mechanism with (u - β) / (1 - β)."""
+    beta = -math.expm1(-epsilon / 2.0) if epsilon > 0.61 else 0.0
+    a = two_point_a(epsilon)
+    u = u.to(w.dtype)
+    p_plus = w / (2.0 * a) + 0.5
+    u2 = ((u - beta) / (1.0 - beta)).clamp(0.0, 1.0)
+    duchi = torch.where(u2 < p_plus, a, -a).to(w.dtype)
+    return duchi if beta == 0.0 else torch.where(u < beta, textbook_piecewise(w, u / beta, epsilon=epsilon), duchi)
+
+
+@dataclass(frozen=True)
+class FloatAttack:
+    """What one report tells apart, over all 2^24 uniforms of a float32 sampler: ``ruled_out`` is P[the report under
+    x is one x' can never give] (one report then proves the input was not x'); ``ratio_max`` the largest
+    P[y | x] / P[y | x'] over reports both can give; ``epsilon_observed`` is infinite when ``ruled_out`` > 0, else
+    log(max(ratio_max, reverse ratio)); ``outputs`` how many distinct reports x gives."""
+
+    ruled_out: float
+    ratio_max: float
+    epsilon_observed: float
+    outputs: int
+
+
+def floating_point_attack(sampler: Any, x: float, x_prime: float, *, dtype: torch.dtype = torch.float32) -> FloatAttack:
+    """Run ``sampler(w, u)`` on every uniform u = J 2^-24, J = 0 .. 2^24 - 1 (the grid of float32 ``torch.rand`` and
+    of :func:`ldptut.fpsafe.uniforms`), for w = x and w = x' (tensors of ``dtype``), and compare the two exact output
+    laws (counts of uniforms per distinct report). This is Mironov's attack (CCS 2012) made exhaustive."""
+    n = 1 << 24
+    u = torch.arange(n, dtype=torch.float64).mul_(2.0 ** -24)
+    laws = []
+    for value in (x, x_prime):
+        w = torch.full((n,), float(value), dtype=dtype)
+        laws.append(torch.unique(sampler(w, u).detach(), return_counts=True))
+    (a, ca), (b, cb) = laws
+    common_a, common_b = torch.isin(a, b), torch.isin(b, a)
+    ruled_out = float(ca[~common_a].sum()) / n
+    ratios = ca[common_a].double() / cb[common_b].double()  # both sorted by value: aligned on the common reports
+    ratio_max = float(torch.maximum(ratios, 1.0 / ratios).max()) if ratios.numel() else math.inf
+    eps = math.inf if ruled_out > 0 or bool((~common_b).any()) else math.log(ratio_max)
+    return FloatAttack(ruled_out=ruled_out, ratio_max=ratio_max, epsilon_observed=eps, outputs=int(a.numel()))

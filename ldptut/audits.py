@@ -24,7 +24,7 @@ from ._validate import pos_int, real
 from .rng import generator
 
 __all__ = ["AuditResult", "exact_ldp_audit", "monte_carlo_audit", "histogram_ratio_exact",
-           "binomial_confidence_bounds", "empirical_moments"]
+           "binomial_confidence_bounds", "empirical_moments", "grid_sampling_cost"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -351,3 +351,23 @@ def empirical_moments(mechanism, inputs: torch.Tensor, *, n_samples: int, seed: 
         "var_closed": closed.double().cpu().numpy(),
         "var_rel_err": (var / closed - 1).double().cpu().numpy(),
     })
+
+
+def grid_sampling_cost(epsilons: Sequence[float], mechanisms: Sequence[type] = ()) -> pd.DataFrame:
+    """What sampling safely costs (:mod:`ldptut.fpsafe`): for each grid mechanism and ε (per coordinate), the design
+    ε_d, the grid's cells, the smallest output probability and its floor, and the grid law's variance over the
+    textbook mechanism's at ε (closed forms, at the centre t = 0 and the ends t = ±1 of the range; below 1: less
+    noise than the textbook mechanism, as for Laplace, whose tails beyond the range are collapsed)."""
+    from .mechanisms import Hybrid, Laplace, Piecewise
+
+    rows = []
+    ts = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    for cls in mechanisms or (Laplace, Piecewise, Hybrid):
+        for eps in epsilons:
+            m = cls(epsilon=float(eps))
+            ratio = (m.variance(ts) / m.ideal_variance(ts)).tolist()
+            rows.append({"mechanism": cls.__name__, "epsilon": float(eps), "epsilon_design": m.design.epsilon_design,
+                         "cells": m.design.cells if m.law.size > 2 else 0, "outputs": m.law.size,
+                         "min probability": m.design.min_probability, "floor": m.design.floor,
+                         "variance ratio (t = 0)": ratio[0], "variance ratio (t = ±1)": ratio[1]})
+    return pd.DataFrame(rows)

@@ -23,7 +23,7 @@ from . import partition as _partition
 from ._validate import one_of
 from .fl import ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, LocalPerturbation, Run, simulate
 from .mechanisms import MECHANISMS
-from .provenance import numerics_flag
+from .provenance import numerics_flag, run_mechanisms
 from .runcache import RunCache, RunRecord, records_table
 from .runconfig import RunConfig, group_indices
 from .training import LocalSGD, OptimizerSpec
@@ -256,8 +256,8 @@ class Runner:
         """Every recorded run: its experiment, the configuration fields that differ between the recorded runs
         (seed always), where it came from (stored in the cache or trained in this execution), the commit and
         date of its training, the device and its minutes of training, and ``code``: "current", or "older code" for a
-        run trained by older numerics (:data:`ldptut.provenance.NUMERICS`; such a run would be re-trained
-        differently now)."""
+        run trained by older numerics whose changes since touch its mechanisms (:data:`ldptut.provenance.NUMERICS`,
+        :data:`~ldptut.provenance.NUMERICS_CHANGES`; such a run would be re-trained differently now)."""
         t = self.table()
         if t.empty:
             return pd.DataFrame(columns=["experiment", "seed", "source", "commit", "trained", "device", "minutes", "code"])
@@ -269,5 +269,6 @@ class Runner:
         out["trained"] = t["date"].fillna("").str[:10]
         out["device"] = t["device"]
         out["minutes"] = (t["seconds"].astype(float) / 60).round(1)
-        out["code"] = t["numerics"].map(numerics_flag) if "numerics" in t else numerics_flag(None)
+        numerics = t["numerics"] if "numerics" in t else pd.Series([None] * len(t), index=t.index)
+        out["code"] = [numerics_flag(v, run_mechanisms(c)) for v, c in zip(numerics, t["config"])]
         return out

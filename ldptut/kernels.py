@@ -21,9 +21,10 @@ stream only. The streams differ from ``torch.rand``'s, so on CUDA the same seed 
 (which keeps the torch path); records say which device ran (``ldptut.provenance``).
 
 Used only for CUDA tensors of float32 / float16 / bfloat16 (float64 keeps the torch path, whose uniforms are on a
-2^-53 grid), for :class:`~ldptut.mechanisms.TwoPoint`, :class:`~ldptut.mechanisms.Laplace`,
-:class:`~ldptut.mechanisms.Piecewise`, :class:`~ldptut.mechanisms.Hybrid` and
-:class:`~ldptut.mechanisms.RandomizedResponse` (exact classes, not subclasses), and when Triton is installed.
+2^-53 grid), for the two-output mechanisms :class:`~ldptut.mechanisms.TwoPoint` and
+:class:`~ldptut.mechanisms.RandomizedResponse` (exact classes, not subclasses), and when Triton is installed. The
+continuous mechanisms (Laplace, Piecewise, Hybrid) report on a grid with float64 cumulatives
+(:class:`~ldptut.mechanisms.GridMechanism`, :mod:`ldptut.fpsafe`) and take their torch path on every device.
 ``LDPTUT_FUSED=0`` in the environment turns it off. Without a GPU the kernel runs in Triton's interpreter
 (``TRITON_INTERPRET=1``, numpy on the CPU, slow): that is how ``tests/test_kernels.py`` checks it in CI.
 """
@@ -46,7 +47,7 @@ __all__ = ["KINDS", "BLOCK", "available", "enabled", "usable", "seeds_from", "un
 #: Elements per Triton program.
 BLOCK = 1024
 #: Kernel branch of each mechanism class (by name, so this module does not import the mechanisms at load time).
-KINDS = {"TwoPoint": 0, "Laplace": 1, "Piecewise": 2, "Hybrid": 3, "RandomizedResponse": 4}
+KINDS = {"TwoPoint": 0, "RandomizedResponse": 4}
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _SEED_HIGH = 2 ** 62
 _MAX_ROWS = 65_535
@@ -80,21 +81,13 @@ def seeds_from(generators: Sequence[Optional[torch.Generator]], device: torch.de
 
 def _constants(mech) -> tuple[int, list[float]]:
     """(kernel branch, five float constants) of a mechanism: what its ``_sample`` formula uses."""
+    if type(mech).__name__ not in KINDS:
+        raise TypeError(f"the fused kernels take {', '.join(KINDS)}; {type(mech).__name__} samples its grid law with "
+                        f"the torch path on every device (ldptut.fpsafe)")
     kind = KINDS[type(mech).__name__]
     if kind == 0:  # TwoPoint: a
         return kind, [mech.a, 0.0, 0.0, 0.0, 0.0]
-    if kind == 1:  # Laplace: 1 / epsilon (scale b = 2 r / epsilon per element)
-        return kind, [1.0 / mech.epsilon, 0.0, 0.0, 0.0, 0.0]
-    if kind == 2:  # Piecewise: C, q, 1 - q, 1 / p_high, 1 / p_low (capped at the float32 max, as in _sample)
-        return kind, _pm_constants(mech)
-    if kind == 3:  # Hybrid: its Piecewise part's constants, then beta, 1 - beta and the two-point a ride along
-        return kind, _pm_constants(mech.piecewise)
     return kind, [mech.p, 0.0, 0.0, 0.0, 0.0]  # RandomizedResponse: p
-
-
-def _pm_constants(pm) -> list[float]:
-    f32max = torch.finfo(torch.float32).max
-    return [pm.C, pm.q, pm.q_out, pm._inv_p_high, min(pm._inv_p_low, f32max)]
 
 
 def _range_rows(p, rows: int, cols: int, shape: torch.Size, device) -> tuple[Tensor, int, int]:
@@ -113,17 +106,6 @@ if triton is not None:
         return (bits >> 8).to(tl.float32) * 5.9604644775390625e-08  # 2^-24
 
     @triton.jit
-    def _piecewise(t, u, C, q, q_out, inv_high, inv_low):
-        """Piecewise Mechanism on t in [-1, 1] by the inverse CDF (Wang et al., ICDE 2019, Sec. III-B;
-        the same steps as ``Piecewise._sample``)."""
-        d = u - (t + 1.0) * (q_out / 2.0)
-        inner = tl.minimum(tl.maximum(d, 0.0), q)
-        outer = tl.minimum(d, 0.0) + tl.maximum(d - q, 0.0)
-        t_star = t * ((C + 1.0) / 2.0) - (C - 1.0) / 2.0
-        t_star = t_star + inner * inv_high + outer * inv_low
-        return tl.minimum(tl.maximum(t_star, -C), C)
-
-    @triton.jit
     def _two_point(w, u, c, r, a):
         """Duchi's two-point mechanism (LDP-FL Eq. 2): c + r a with probability 1/2 + (w - c) / (2 r a)."""
         p_plus = (w - c) / (2.0 * r * a) + 0.5
@@ -132,7 +114,7 @@ if triton is not None:
     @triton.jit
     def _mechanism_kernel(x_ptr, out_ptr, u_ptr, seeds_ptr, c_ptr, r_ptr, bad_ptr,
                           c_s0, c_s1, r_s0, r_s1, n_cols,
-                          k0, k1, k2, k3, k4, beta, one_minus_beta, a,
+                          k0, k1, k2, k3, k4,
                           KIND: tl.constexpr, U_FROM_MEMORY: tl.constexpr, BLOCK_SIZE: tl.constexpr):
         col_block = tl.program_id(0)
         row = tl.program_id(1).to(tl.int64)
@@ -158,19 +140,7 @@ if triton is not None:
             c = tl.load(c_ptr + row * c_s0 + cols * c_s1, mask=mask, other=0.0)
             r = tl.load(r_ptr + row * r_s0 + cols * r_s1, mask=mask, other=1.0)
             w = tl.minimum(tl.maximum(x, c - r), c + r)
-            if KIND == 0:
-                y = _two_point(w, u, c, r, k0)
-            elif KIND == 1:
-                v = u - (0.5 - 2.9802322387695312e-08)  # odd multiple of delta = 2^-25 in (-1/2, 1/2), never 0
-                m = -tl.log(1.0 - 2.0 * tl.abs(v))  # |log(1 - 2|v|)|
-                y = w + tl.where(v < 0.0, -m, m) * (2.0 * r * k0)  # noise * b, b = 2 r / epsilon
-            elif KIND == 2:
-                y = _piecewise((w - c) / r, u, k0, k1, k2, k3, k4) * r + c
-            else:
-                use_pm = u < beta
-                pm = _piecewise((w - c) / r, u / beta, k0, k1, k2, k3, k4) * r + c
-                u2 = tl.minimum(tl.maximum((u - beta) / one_minus_beta, 0.0), 1.0)
-                y = tl.where(use_pm, pm, _two_point(w, u2, c, r, a))
+            y = _two_point(w, u, c, r, k0)
         yo = y.to(out_ptr.dtype.element_ty)
         overflow = (tl.abs(yo.to(tl.float32)) > 3.4028234663852886e38) & mask  # inf in the output dtype
         tl.atomic_add(bad_ptr + 1, tl.sum(overflow.to(tl.int32), axis=0))
@@ -221,9 +191,6 @@ def privatize_rows(mech, x: Tensor, seeds: Tensor, *, uniforms: Optional[Tensor]
         c, c0, c1 = _range_rows(mech.center, rows, cols, x.shape, x.device)
         r, r0, r1 = _range_rows(mech.radius, rows, cols, x.shape, x.device)
         strides = (c0, c1, r0, r1)
-    beta, one_minus_beta, a = ((mech.beta, mech.one_minus_beta, mech.two_point.a) if kind == 3 else (1.0, 0.0, 1.0))
-    if kind == 3 and beta == 0.0:  # epsilon <= epsilon*: the hybrid is Duchi's mechanism alone (as in its _sample)
-        kind, k = 0, [a, 0.0, 0.0, 0.0, 0.0]
     u = uniforms.contiguous().to(torch.float32) if uniforms is not None else x
     bad = torch.zeros(2, dtype=torch.int32, device=x.device)
     seeds = seeds.to(x.device)
@@ -232,7 +199,7 @@ def privatize_rows(mech, x: Tensor, seeds: Tensor, *, uniforms: Optional[Tensor]
         c_part, r_part = (c[lo:hi], r[lo:hi]) if c.ndim == 2 else (c, r)  # (rows, cols) views; (1,) for kind 4
         _mechanism_kernel[(triton.cdiv(cols, BLOCK), hi - lo)](
             x[lo:hi], out[lo:hi], u[lo:hi] if uniforms is not None else u, seeds[lo:hi], c_part, r_part, bad, *strides,
-            cols, *k, beta, one_minus_beta, a, KIND=kind, U_FROM_MEMORY=uniforms is not None, BLOCK_SIZE=BLOCK)
+            cols, *k, KIND=kind, U_FROM_MEMORY=uniforms is not None, BLOCK_SIZE=BLOCK)
     n_bad, n_overflow = bad.tolist()
     if n_bad:
         if kind == 4:

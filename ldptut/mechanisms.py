@@ -7,24 +7,26 @@ Every mechanism is a small class in the style of Opacus / OpenDP:
   drawing all randomness from the ``generator`` it is given, so the same generator seed gives the
   same output;
 * the closed forms sit beside the sampler: :meth:`~Mechanism.mean`, :meth:`~Mechanism.variance`,
-  and the exact output law, ``output_distribution(x)`` for the discrete mechanisms
-  (:class:`RandomizedResponse`, :class:`TwoPoint`) and ``density(y, x)`` / ``cdf(y, x)`` /
-  ``support(x)`` for the continuous ones (:class:`Laplace`, :class:`Piecewise`; :class:`Hybrid` is a
-  mixture of a continuous part and two point masses, see its docstring);
+  and the exact output law ``output_distribution(x)`` (values and probabilities). The continuous
+  mechanisms (:class:`Laplace`, :class:`Piecewise`, :class:`Hybrid`) report on a fixed grid
+  (:class:`GridMechanism`, :mod:`ldptut.fpsafe`), so their law is discrete too; their
+  ``ideal_variance`` is the continuous mechanism's, for the cost of sampling safely;
 * :attr:`~Mechanism.guarantee` states what is protected, as an :class:`ldptut.accounting.Guarantee`:
   ε (δ = 0; (ε, δ) for :class:`Gaussian`) **per coordinate per round** (one scalar report). A
   client that reports d coordinates per round, for T rounds, composes to
   ``guarantee.compose(d=d, rounds=T)`` (d·T·ε for the pure mechanisms).
 
 Inputs outside the declared range ``[center - radius, center + radius]`` are clipped first; the
-guarantee is about the clipped value. The guarantee is that of the ideal real-valued mechanism:
-the float implementation draws uniforms on a grid of 2^-24 (float32) or 2^-53 (float64), so
-probabilities are exact only up to that resolution (cf. Mironov, CCS 2012, on floating-point
-attacks against the Laplace mechanism). Samplers compute in the input's dtype (float16 / bfloat16
-in float32); the closed forms are float64.
+guarantee is about the clipped value. **The guarantee holds for the law the code samples**, floating
+point included: the grid mechanisms draw each output with its exact probability from a 2^-24-step
+uniform and keep every output's probability above a floor (:mod:`ldptut.fpsafe`); the textbook
+float samplers do not (Mironov, CCS 2012; :mod:`ldptut.attacks` shows the attack). The two-output
+mechanisms clamp their threshold so that the realised counts of uniforms keep the ratio within e^ε.
+:class:`Gaussian` adds float noise: see its docstring for what that costs. Closed forms are float64.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any, Dict, Optional, Tuple, Union
@@ -32,6 +34,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from . import fpsafe
 from ._validate import delta as _delta, real
 from .accounting import PER_COORDINATE, Guarantee, gaussian_epsilon, gaussian_sigma
 
@@ -549,224 +552,380 @@ class CorrelatedTwoPoint(TwoPoint):
         return below + mass_idx * torch.clamp(grid, 0.0, 1.0)
 
 
+# ---- 3-5. Continuous mechanisms, sampled on a grid (ldptut.fpsafe) ------------------------------------
+class GridMechanism(Mechanism):
+    """Base of the continuous mechanisms (:class:`Laplace`, :class:`Piecewise`, :class:`Hybrid`): a **grid law**.
+
+    The textbook samplers of these mechanisms realise, in floating point, a law whose set of possible outputs
+    depends on the input, so one report can rule an input out (Mironov, CCS 2012; :mod:`ldptut.fpsafe`). Here the
+    ideal mechanism at a design ε_d <= ε, in units of the range (t = (w - c) / r in [-1, 1]), is rounded without
+    bias onto a fixed grid (randomized rounding: post-processing, so still ε_d-LDP, and still unbiased), and
+    sampled by the inverse CDF of exact float64 cumulatives with one 2^-24-step uniform. Every output's probability
+    is at least the floor of :func:`ldptut.fpsafe.floor_probability` at every input, so **the law the code samples
+    is ε-LDP** for the claimed ε (per coordinate per report), on every device and dtype.
+
+    Closed forms of the grid law (float64): :meth:`output_distribution` (values and designed probabilities),
+    :meth:`realized_distribution` (what the 2^24 uniforms realise, exactly), :meth:`variance` (a finite sum),
+    :meth:`cdf`, :meth:`support`; :meth:`ideal_variance` is the continuous mechanism's at the claimed ε, and
+    ``variance / ideal_variance`` is the cost of sampling safely. :attr:`design` says which ε_d and grid were
+    chosen (:func:`ldptut.fpsafe.choose_design`). The report is c + r v_k, computed in float64 and rounded to the
+    input's dtype (float16 / bfloat16 reports must be representable, see :meth:`privatize`).
+    """
+
+    discrete = True
+    #: Most cells of the grid (the design takes the finest grid that meets the floor, up to this).
+    max_cells = 1024
+
+    def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0) -> None:
+        super().__init__(epsilon=epsilon)
+        self._set_range(center, radius)
+        build = type(self)._build
+        self.design = fpsafe.cached_design(type(self).__name__, self._epsilon, build, self.max_cells)
+        self.law = build(self.design.epsilon_design, self.design.cells)
+
+    @staticmethod
+    def _build(epsilon_design: float, cells: int) -> fpsafe.GridLaw:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ---- sampler -----------------------------------------------------------------------------
+    def privatize(self, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+        """Reports of the grid law for every element of ``x`` (same shape, dtype, device).
+
+        ``x`` is clipped to ``[center - radius, center + radius]`` (NaN / inf raise ``ValueError``); one integer
+        uniform J in [0, 2^24) per element is drawn from ``generator`` (:func:`ldptut.fpsafe.uniforms`) and mapped
+        to the report by :meth:`_sample`. The law, and so the guarantee, is the same on every device and for every
+        input dtype; float16 / bfloat16 reports are rounded grid values (a report beyond the dtype's range
+        raises)."""
+        w = self._clipped_input(x)
+        u = fpsafe.uniforms(w.shape, generator, w.device)
+        return _to_input_dtype(self._sample(w, u), x.dtype, self)
+
+    def _sample(self, w: Tensor, u: Tensor) -> Tensor:
+        """Reports from clipped inputs ``w`` and uniforms ``u`` (multiples of 2^-24): c + r v_k with k the smallest
+        index whose cumulative probability at t = (w - c) / r exceeds u (float64 arithmetic; w's dtype out)."""
+        u64 = u.to(torch.float64)
+        c, r = self._range(u64)
+        t = ((w.to(torch.float64) - c) / r).clamp_(-1.0, 1.0)
+        t, u64 = torch.broadcast_tensors(t, u64)
+        k = self.law.index(u64.contiguous(), t.contiguous())
+        v = self.law.values.to(w.device)[k]
+        return v.mul_(r).add_(c).to(w.dtype)
+
+    # ---- closed forms of the grid law (float64) ---------------------------------------------
+    def _t(self, x: Any) -> Tuple[Tensor, Tensor, Tensor]:
+        """t = (clip(x) - c) / r in [-1, 1], with c and r expanded to t's shape (float64)."""
+        xc = self.clip(x)
+        c, r = self._range(xc)
+        t = ((xc - c) / r).clamp(-1.0, 1.0)
+        return t, _full(c, t.shape, t), _full(r, t.shape, t)
+
+    def _values(self, c: Tensor, r: Tensor) -> Tensor:
+        return self.law.values.to(c.device) * r.unsqueeze(-1) + c.unsqueeze(-1)
+
+    def output_distribution(self, x: Any) -> Tuple[Tensor, Tensor]:
+        """(values, probs), shape ``x.shape + (K,)``: the K report values c + r v_k and their designed
+        probabilities (float64, exact up to float64 rounding)."""
+        t, c, r = self._t(x)
+        return self._values(c, r), self.law.probs(t)
+
+    def realized_distribution(self, x: Any) -> Tuple[Tensor, Tensor]:
+        """(values, probs) as the sampler realises them with 2^-24-step uniforms: each probability a count of the
+        2^24 uniforms times 2^-24 (within :data:`ldptut.fpsafe.SLACK` of the designed one)."""
+        t, c, r = self._t(x)
+        return self._values(c, r), self.law.realized_probs(t)
+
+    def variance(self, x: Any) -> Tensor:
+        """Var[report | x] of the grid law: r² Σ_k p_k (v_k - t)² (float64)."""
+        t, c, r = self._t(x)
+        return self.law.variance(t) * r * r
+
+    def variance_bounds(self, x: Any) -> Tuple[Tensor, Tensor]:
+        """Closed-form bounds on :meth:`variance`: r² V0 <= Var <= r² (V0 + w g²/4), V0 the variance before the grid's
+        rounding (the law at ε_d), g the grid step, w the rounded share (:meth:`ldptut.fpsafe.GridLaw.variance_bounds`)."""
+        t, c, r = self._t(x)
+        lo, hi = self.law.variance_bounds(t)
+        return lo * r * r, hi * r * r
+
+    def ideal_variance(self, x: Any) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def support(self, x: Any) -> Tuple[Tensor, Tensor]:
+        """The smallest and largest report value, c + r min v, c + r max v (float64)."""
+        x = _as64(x)
+        c, r = self._range(x)
+        shape = _broadcast_shape(x, c, r)
+        v = self.law.values
+        lo, hi = float(v.min()), float(v.max())
+        return _full(c, shape, x) + lo * _full(r, shape, x), _full(c, shape, x) + hi * _full(r, shape, x)
+
+    def cdf(self, y: Any, x: Any) -> Tensor:
+        """P[report <= y | x] of the grid law (float64)."""
+        values, probs = self.output_distribution(x)
+        y = _as64(y)
+        return (probs * (values <= y.unsqueeze(-1)).to(torch.float64)).sum(-1)
+
+
+class _LaplaceGrid(fpsafe.GridLaw):
+    """Laplace(t, β = 2/ε_d) on t units, with the tails collapsed and the middle rounded onto a grid of [-1, 1].
+
+    Outputs: -(1 + β) (for Y < -1), the grid -1, -1 + g, ..., 1 (g = 2 / cells; Y in [-1, 1] randomly rounded to
+    its two neighbours), 1 + β (for Y > 1). The tails are memoryless: given Y > 1 >= t, Y - 1 is exponential with
+    mean β, so collapsing the tail onto its mean 1 + β keeps the report unbiased and lowers the variance. P[index
+    <= grid point j] is the mean of the Laplace CDF G over [y_j, y_{j+1}]: for a cell below t,
+    (β / 2g) e^{(y_j - t)/β} (e^{g/β} - 1); above t, 1 - (β / 2g) e^{-(y_j - t)/β} (1 - e^{-g/β}); around t,
+    ((y_{j+1} - t) + (β/2)(e^{-(y_{j+1} - t)/β} - e^{(y_j - t)/β})) / g, the difference of exponentials as one of
+    expm1's (no cancellation in any case)."""
+
+    def __init__(self, epsilon_design: float, cells: int) -> None:
+        self.epsilon_design, self.cells = float(epsilon_design), int(cells)
+        self.b = 2.0 / self.epsilon_design
+        self.g = 2.0 / self.cells
+        grid = torch.arange(self.cells + 1, dtype=torch.float64) * self.g - 1.0
+        grid[-1] = 1.0
+        self.values = torch.cat([grid.new_tensor([-1.0 - self.b]), grid, grid.new_tensor([1.0 + self.b])])
+        self._below = (self.b / (2.0 * self.g)) * math.expm1(self.g / self.b)
+        self._above = (self.b / (2.0 * self.g)) * -math.expm1(-self.g / self.b)
+
+    def cum_at(self, k: Tensor, state: tuple) -> Tensor:
+        (t,) = state
+        n, b, g = self.cells, self.b, self.g
+        lo = (k - 1).clamp(0, n - 1).to(torch.float64).mul_(g).sub_(1.0)
+        z = (lo - t).div_(b)                                                   # (y_j - t) / β
+        e_lo = torch.exp(z.clamp(max=0.0))
+        below = e_lo * self._below
+        above = torch.exp(z.neg().clamp_(max=0.0)).mul_(-self._above).add_(1.0)
+        # around t: e^{-A} - e^{-B} as expm1(-A) - expm1(-B), A = (y_{j+1} - t)/β, B = (t - y_j)/β, both in [0, g/β]
+        around = torch.expm1((z + g / b).neg_().clamp_(max=0.0)).sub_(torch.expm1(z.clamp(max=0.0)))
+        around = around.mul_(b / 2.0).add_(lo + g - t).div_(g)
+        avg = torch.where(z + g / b <= 0.0, below, torch.where(z >= 0.0, above, around))
+        first = torch.exp((1.0 + t) / -b).mul_(0.5)                          # P[Y < -1]
+        top = torch.exp((1.0 - t) / -b).mul_(-0.5).add_(1.0)                 # P[Y <= 1]
+        return torch.where(k <= 0, first, torch.where(k <= n, avg, torch.where(k == n + 1, top, 1.0)))
+
+    def unrounded_variance(self, t: Tensor) -> Tensor:
+        """Laplace at ε_d with collapsed tails: 2β² - β² (P[Y < -1] + P[Y > 1]) (the tail beyond a point is
+        exponential: replacing it by its mean removes β² times its mass), t units."""
+        b = self.b
+        return b * b * (2.0 - 0.5 * torch.exp(-(1.0 - t) / b) - 0.5 * torch.exp(-(1.0 + t) / b))
+
+    def candidate(self, u: Tensor, state: tuple) -> Tensor:
+        (t,) = state
+        y = torch.where(u < 0.5, torch.log(2.0 * u), -torch.log(2.0 * (1.0 - u))).mul_(self.b).add_(t)
+        pos = y.add_(1.0).div_(self.g)                  # y* in cells from -1; below 0: the lower atom's region
+        # index 0: the lower atom (y* < -1), 1 + j: grid point j (y* in cell j), n + 1: the point 1 (y* >= 1)
+        c, near = fpsafe.cell_of(pos.add_(1.0), 0, self.cells + 1)
+        return c, near
+
+
+class _PiecewiseGrid(fpsafe.GridLaw):
+    """The Piecewise Mechanism at ε_d on t units, randomly rounded onto the grid -C, -C + g, ..., C (g = 2C/cells).
+
+    PM's CDF is G(y) = p_low (y + C) + (p_high - p_low) ramp(y), ramp(y) = clamp(y - l(t), 0, C - 1), so the mean
+    of G over a cell [a, a + g] (P[index <= cell]) is p_low (a + g/2 + C) plus (p_high - p_low) times the mean of
+    the ramp, ((β' - α)(β' + α)/2 + (C - 1) clamp(a + g - l - (C - 1), 0, g)) / g with α, β' the cell's ends
+    relative to l clamped to [0, C - 1]: exact, and without cancellation."""
+
+    def __init__(self, epsilon_design: float, cells: int) -> None:
+        self.epsilon_design, self.cells = float(epsilon_design), int(cells)
+        half = self.epsilon_design / 2.0
+        self.C = 1.0 / math.tanh(half / 2.0)
+        self.q = 1.0 / (1.0 + math.exp(-half))
+        self.q_out = 1.0 / (1.0 + math.exp(half))
+        self.p_high = self.q * math.expm1(half) / 2.0
+        self.p_low = self.q_out / (self.C + 1.0)
+        self.width = self.C - 1.0
+        self.g = 2.0 * self.C / self.cells
+        grid = torch.arange(self.cells + 1, dtype=torch.float64) * self.g - self.C
+        grid[-1] = self.C
+        self.values = grid
+
+    def prepare(self, t: Tensor) -> tuple:
+        return t, t * ((self.C + 1.0) / 2.0) - (self.C - 1.0) / 2.0  # t, l(t)
+
+    def unrounded_variance(self, t: Tensor) -> Tensor:
+        """PM at ε_d: t² / (e^{ε_d/2} - 1) + (e^{ε_d/2} + 3) / (3 (e^{ε_d/2} - 1)²) (Wang et al., Sec. III-B)."""
+        inv = 1.0 / math.expm1(self.epsilon_design / 2.0)
+        return t * t * inv + (inv + 4.0 * inv * inv) / 3.0
+
+    def cum_at(self, k: Tensor, state: tuple) -> Tensor:
+        t, l = state
+        C, g, W = self.C, self.g, self.width
+        rel = k.clamp(0, self.cells - 1).to(torch.float64).mul_(g).sub_(C).sub_(l)   # a - l
+        alpha = rel.clamp(0.0, W)
+        beta = (rel + g).clamp_(0.0, W)
+        flat = (rel + (g - W)).clamp_(0.0, g)
+        ramp = beta.sub(alpha).mul_(beta.add_(alpha)).mul_(0.5).add_(flat.mul_(W)).div_(g)
+        avg = rel.add_(l).add_(g / 2.0 + C).mul_(self.p_low).add_(ramp.mul_(self.p_high - self.p_low))
+        return torch.where(k >= self.cells, 1.0, avg)
+
+    def candidate(self, u: Tensor, state: tuple) -> Tensor:
+        t, l = state
+        C = self.C
+        d = u - (t + 1.0) * (self.q_out / 2.0)
+        inner = d.clamp(0.0, self.q)
+        outer = d.clamp(max=0.0).add_((d - self.q).clamp_(min=0.0))
+        y = inner.div_(self.p_high).add_(l).add_(outer.div_(self.p_low)).clamp_(-C, C)
+        return fpsafe.cell_of(y.add_(C).div_(self.g), 0, self.cells - 1)
+
+
+class _HybridGrid(fpsafe.GridLaw):
+    """HM at ε_d: with probability 1 - β Duchi's two outputs ±a (indices 0, 1), with probability β the grid
+    Piecewise law (indices 2, ...); β = 1 - e^{-ε_d/2} above ε* ≈ 0.61, else 0 (Duchi alone)."""
+
+    def __init__(self, epsilon_design: float, cells: int) -> None:
+        self.epsilon_design, self.cells = float(epsilon_design), int(cells)
+        e = self.epsilon_design
+        self.beta = -math.expm1(-e / 2.0) if e > HYBRID_EPSILON_STAR else 0.0
+        self.one_minus_beta = math.exp(-e / 2.0) if e > HYBRID_EPSILON_STAR else 1.0
+        self.a = two_point_a(e)
+        self.pm = _piecewise_grid(e, cells) if self.beta > 0.0 else None
+        duchi = torch.tensor([-self.a, self.a], dtype=torch.float64)
+        self.values = duchi if self.pm is None else torch.cat([duchi, self.pm.values])
+        self.rounded_weight = self.beta
+        self.g = self.pm.g if self.pm is not None else 0.0
+
+    def prepare(self, t: Tensor) -> tuple:
+        return (t,) if self.pm is None else self.pm.prepare(t)
+
+    def unrounded_variance(self, t: Tensor) -> Tensor:
+        """β Var_PM(ε_d) + (1 - β)(a_d² - t²)."""
+        duchi = self.a * self.a - t * t
+        return duchi if self.pm is None else self.beta * self.pm.unrounded_variance(t) + self.one_minus_beta * duchi
+
+    def cum_at(self, k: Tensor, state: tuple) -> Tensor:
+        t = state[0]
+        first = (t / (-2.0 * self.a)).add_(0.5).mul_(self.one_minus_beta)  # (1 - β)(1 - P_plus)
+        if self.pm is None:
+            return torch.where(k <= 0, first, 1.0)
+        pm = self.pm.cum_at((k - 2).clamp(min=0), state).mul_(self.beta).add_(self.one_minus_beta)
+        return torch.where(k <= 0, first, torch.where(k == 1, self.one_minus_beta,
+                                                      torch.where(k >= self.size - 1, 1.0, pm)))
+
+    def candidate(self, u: Tensor, state: tuple) -> Tensor:
+        duchi = u < self.one_minus_beta                  # index 0 or 1, decided by cum_at(0) alone
+        if self.pm is None:
+            return torch.zeros(u.shape, dtype=torch.int64, device=u.device), torch.zeros_like(duchi)
+        v = ((u - self.one_minus_beta) / self.beta).clamp_(0.0, 1.0)
+        c, near = self.pm.candidate(v, state)
+        return torch.where(duchi, 0, c.add_(2)), near & ~duchi
+
+
+_laplace_grid = functools.lru_cache(maxsize=512)(_LaplaceGrid)
+_piecewise_grid = functools.lru_cache(maxsize=512)(_PiecewiseGrid)
+_hybrid_grid = functools.lru_cache(maxsize=512)(_HybridGrid)
+
+
 # ---- 3. Laplace -----------------------------------------------------------------------------------
-class Laplace(Mechanism):
-    """Clip to [c - r, c + r] and add Laplace noise of scale b = 2r / ε.
+class Laplace(GridMechanism):
+    """The Laplace mechanism on [c - r, c + r], as a grid law.
 
-    The Laplace mechanism (Dwork, McSherry, Nissim, Smith, "Calibrating Noise to Sensitivity",
-    TCC 2006: noise Lap(Δ/ε) for sensitivity Δ) with Δ = 2r, the width of the clipped range. Density
-    of the output y given the clipped input w: f(y | w) = exp(-|y - w| / b) / (2b). Unbiased,
-    variance 2 b².
+    Ideal: clip to [c - r, c + r] and add Laplace noise of scale b = 2r / ε (Dwork, McSherry, Nissim, Smith,
+    "Calibrating Noise to Sensitivity", TCC 2006: Lap(Δ/ε) for sensitivity Δ = 2r, the width of the range);
+    unbiased, variance 2 b² (:meth:`ideal_variance`).
 
-    Sampling: one uniform per element by the inverse CDF, v = u - (1/2 - δ) with δ half the
-    uniform grid step, noise = b · sign(v) · (-log(1 - 2|v|)). v is never 0 and 1 - 2|v| >= 2δ, so
-    the noise is finite and symmetric; the tail beyond ~16.6 b (float32) / ~36.7 b (float64) is
-    truncated by the grid.
+    Sampled (:class:`GridMechanism`): Laplace at the design ε_d, b_d = 2r / ε_d, with reports below c - r collapsed
+    onto c - r - b_d and above c + r onto c + r + b_d (the tail of a Laplace beyond a point past its centre is
+    exponential, so its mean is that point plus b_d: still unbiased) and the reports in between rounded without
+    bias onto a grid of [c - r, c + r]. The cost against the ideal, ``variance / ideal_variance`` (measured in
+    ``tests/test_fpsafe.py``): about 1.00 at ε = 1, below 1 at small ε (the collapsed tails) and above 1 at large
+    ε, where the floor forces a coarse grid.
     """
 
     name = "laplace"
 
-    def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0) -> None:
-        super().__init__(epsilon=epsilon)
-        self._set_range(center, radius)
+    _build = staticmethod(_laplace_grid)
 
     @property
     def scale(self) -> Param:
-        """b = 2 r / ε."""
+        """b = 2 r / ε of the ideal mechanism."""
         return 2.0 * self._radius / self._epsilon
 
-    def _sample(self, w: Tensor, u: Tensor) -> Tensor:
-        """clip(x) + Laplace(b) noise by the inverse CDF (``w`` and ``u`` overwritten)."""
-        delta = torch.finfo(w.dtype).eps / 4  # half the grid step of torch.rand: 2^-25 / 2^-54
-        v = u.sub_(0.5 - delta)  # odd multiple of δ in (-1/2, 1/2), never 0
-        noise = v.abs().mul_(-2.0).add_(1.0).log_().copysign_(v)  # sign(v) · |log(1 - 2|v|)|
-        return w.add_(noise.mul_(_like(self.scale, w)))
-
-    def variance(self, x: Any) -> Tensor:
-        """2 b² (float64, elementwise)."""
+    def ideal_variance(self, x: Any) -> Tensor:
+        """2 b², b = 2r / ε (float64, elementwise)."""
         x = _as64(x)
         b = _like(self.scale, x)
         return _full(2.0 * b * b, _broadcast_shape(x, self._center, self._radius), x).clone()
 
-    def support(self, x: Any) -> Tuple[Tensor, Tensor]:
-        """(-inf, inf) for every x."""
-        x = _as64(x)
-        shape = _broadcast_shape(x, self._center, self._radius)
-        return _full(-math.inf, shape, x), _full(math.inf, shape, x)
-
-    def density(self, y: Any, x: Any) -> Tensor:
-        """f(y | x) = exp(-|y - clip(x)| / b) / (2b) (float64)."""
+    def ideal_density(self, y: Any, x: Any) -> Tensor:
+        """f(y | x) = exp(-|y - clip(x)| / b) / (2b) of the ideal mechanism (float64)."""
         y, w = _as64(y), self.clip(x)
         b = _like(self.scale, w)
         return torch.exp(-(y - w).abs() / b) / (2.0 * b)
 
-    def cdf(self, y: Any, x: Any) -> Tensor:
-        """P[Y <= y | x] (float64)."""
-        y, w = _as64(y), self.clip(x)
-        z = (y - w) / _like(self.scale, w)
-        return torch.where(z < 0, 0.5 * torch.exp(torch.clamp(z, max=0.0)), 1.0 - 0.5 * torch.exp(-torch.clamp(z, min=0.0)))
-
 
 # ---- 4. Piecewise mechanism -----------------------------------------------------------------------
-class Piecewise(Mechanism):
-    """Piecewise Mechanism (PM), Wang et al., "Collecting and Analyzing Multidimensional Data with
-    Local Differential Privacy", ICDE 2019, Sec. III-B, Algorithm 2.
+class Piecewise(GridMechanism):
+    """Piecewise Mechanism (PM), Wang et al., "Collecting and Analyzing Multidimensional Data with Local
+    Differential Privacy", ICDE 2019, Sec. III-B, Algorithm 2, as a grid law.
 
-    On t = (w - c) / r in [-1, 1] (w the clipped input), with C = (e^{ε/2} + 1) / (e^{ε/2} - 1),
-    l(t) = (C + 1) t / 2 - (C - 1) / 2 and r(t) = l(t) + C - 1: with probability
-    e^{ε/2} / (e^{ε/2} + 1) output uniform on [l(t), r(t)], otherwise uniform on [-C, l(t)) ∪ (r(t), C];
-    the report is c + r · t*. Density of t*: p = e^{ε/2}(e^{ε/2} - 1) / (2(e^{ε/2} + 1)) on [l, r],
-    p / e^ε elsewhere on [-C, C]. Unbiased; Var[t* | t] = t² / (e^{ε/2} - 1) +
-    (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)²) (Wang et al., Sec. III-B), times r² in output units.
+    Ideal, on t = (w - c) / r in [-1, 1] (w the clipped input), with C = (e^{ε/2} + 1) / (e^{ε/2} - 1),
+    l(t) = (C + 1) t / 2 - (C - 1) / 2 and r(t) = l(t) + C - 1: with probability e^{ε/2} / (e^{ε/2} + 1) output
+    uniform on [l(t), r(t)], otherwise uniform on [-C, l(t)) ∪ (r(t), C]; the report is c + r · t*. Density of t*:
+    p_high = e^{ε/2}(e^{ε/2} - 1) / (2(e^{ε/2} + 1)) on [l, r], p_low = p_high / e^ε elsewhere on [-C, C].
+    Unbiased; Var[t* | t] = t² / (e^{ε/2} - 1) + (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)²) (Wang et al., Sec. III-B),
+    times r² (:meth:`ideal_variance`).
 
-    Sampling: one uniform u per element through the inverse CDF of the piecewise-constant density
-    (:meth:`_sample`), piece by piece so that nothing cancels: reports stay unbiased and inside
-    [c - rC, c + rC] for any ε (tested up to ε = 1000 in float32 and float64).
+    Sampled (:class:`GridMechanism`): PM at the design ε_d rounded without bias onto a grid of [-C_d, C_d]; the
+    reports stay inside [c - r C_d, c + r C_d] (:meth:`support`). ``C``, ``q``, ``p_high``, ``p_low`` are the ideal
+    mechanism's at the claimed ε; the grid law's are on :attr:`law`.
     """
 
     name = "piecewise"
+    max_cells = 2048
+
+    _build = staticmethod(_piecewise_grid)
 
     def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0) -> None:
-        super().__init__(epsilon=epsilon)
-        self._set_range(center, radius)
+        super().__init__(epsilon=epsilon, center=center, radius=radius)
         half = self._epsilon / 2.0
         self.C = 1.0 / math.tanh(half / 2.0)  # (e^{ε/2} + 1) / (e^{ε/2} - 1), no overflow
         self.q = 1.0 / (1.0 + math.exp(-half))  # e^{ε/2} / (e^{ε/2} + 1)
-        self.q_out = 1.0 / (1.0 + math.exp(half)) if half < 700.0 else 0.0  # 1 - q without cancellation
-        # Densities of t* (C - 1 = 2 / (e^{ε/2} - 1)): p_high = q / (C - 1) on [l, r], p_low = p_high e^{-ε}.
+        self.q_out = 1.0 / (1.0 + math.exp(half)) if half < 700.0 else 0.0
         self.p_high = self.q * math.expm1(half) / 2.0 if half < 700.0 else math.inf
         self.p_low = self.q_out / (self.C + 1.0)
-        self._inv_p_high = (self.C - 1.0) / self.q  # length of [l, r] over its mass
-        self._inv_p_low = (self.C + 1.0) / self.q_out if self.q_out > 0 else 0.0  # outer pieces: never drawn then
-
-    def _sample(self, w: Tensor, u: Tensor) -> Tensor:
-        """Inverse CDF in a form without cancellation (stable up to ε = 1000 and beyond).
-
-        With t = (w - c) / r, A = (1 - q)(1 + t) / 2 the mass of [-C, l(t)), q that of [l(t), r(t)] and
-        d = u - A: t* = l(t) + clamp(d, 0, q) / p_high + (min(d, 0) + max(d - q, 0)) / p_low, i.e.
-        -C + u / p_low on the left piece, l + (u - A) / p_high inside, r + (u - A - q) / p_low on the right.
-        l(t) is computed directly (never as -C + A / p_low, which underflows with A at large ε), and
-        t* is clamped to [-C, C] against the rounding of q. ``w`` and ``u`` are overwritten.
-        """
-        c, r = self._range(w)
-        # the unit range [-1, 1] (the default): skip the two passes that would subtract 0 and divide by 1
-        unit = isinstance(c, float) and isinstance(r, float) and c == 0.0 and r == 1.0
-        t = w if unit else w.sub_(c).div_(r)
-        d = u.sub_(torch.add(t, 1.0).mul_(self.q_out / 2.0))  # u - A(t)
-        inner = d.clamp(0.0, self.q)  # mass drawn from [l(t), r(t)]
-        outer = d.clamp(max=0.0).add_(d.sub_(self.q).clamp_(min=0.0))  # signed mass drawn from the outer pieces
-        t_star = t.mul_((self.C + 1.0) / 2.0).sub_((self.C - 1.0) / 2.0)  # l(t)
-        # beyond ε ≈ 175 (float32) 1/p_low exceeds the dtype; the outer pieces then have mass below the
-        # uniforms' grid, and the largest finite factor (with the clamp) maps u = 0 to -C as it should
-        inv_low = min(self._inv_p_low, torch.finfo(t_star.dtype).max)
-        t_star.add_(inner, alpha=self._inv_p_high).add_(outer, alpha=inv_low).clamp_(-self.C, self.C)
-        return t_star if unit else t_star.mul_(r).add_(c)
-
-    def _t(self, x: Any) -> Tuple[Tensor, Param, Param]:
-        xc = self.clip(x)
-        c, r = self._range(xc)
-        return (xc - c) / r, c, r
 
     def interval(self, x: Any) -> Tuple[Tensor, Tensor]:
-        """The high-density interval [c + r l(t), c + r r(t)] in output units (float64)."""
+        """The ideal mechanism's high-density interval [c + r l(t), c + r r(t)] in output units (float64)."""
         t, c, r = self._t(x)
         l = (self.C + 1.0) / 2.0 * t - (self.C - 1.0) / 2.0
         return c + r * l, c + r * (l + self.C - 1.0)
 
-    def support(self, x: Any) -> Tuple[Tensor, Tensor]:
-        """[c - r C, c + r C] (float64)."""
-        x = _as64(x)
-        c, r = self._range(x)
-        shape = _broadcast_shape(x, c, r)
-        return _full(c - r * self.C, shape, x).clone(), _full(c + r * self.C, shape, x).clone()
-
-    def density(self, y: Any, x: Any) -> Tensor:
-        """Exact pdf of the report y given x (float64): p_high / r on the inner interval,
-        p_low / r elsewhere on the support, 0 outside."""
-        t, c, r = self._t(x)
-        z = (_as64(y) - c) / r
-        l = (self.C + 1.0) / 2.0 * t - (self.C - 1.0) / 2.0
-        inner = (z >= l) & (z <= l + self.C - 1.0)
-        inside = (z >= -self.C) & (z <= self.C)
-        zero = torch.zeros((), dtype=torch.float64)
-        return torch.where(inner, self.p_high, torch.where(inside, self.p_low, zero)) / r
-
-    def cdf(self, y: Any, x: Any) -> Tensor:
-        """P[Y <= y | x] (float64)."""
-        t, c, r = self._t(x)
-        z = torch.clamp((_as64(y) - c) / r, -self.C, self.C)
-        l = (self.C + 1.0) / 2.0 * t - (self.C - 1.0) / 2.0
-        width = self.C - 1.0  # of the inner interval; 0.0 in float64 beyond ε ≈ 75
-        in_inner = torch.clamp(z - l, 0.0, width)
-        frac_inner = torch.where(z >= l + width, 1.0, torch.where(z <= l, 0.0, in_inner / max(width, 1e-300)))
-        return self.p_low * (z + self.C - in_inner) + self.q * frac_inner
-
-    def variance(self, x: Any) -> Tensor:
+    def ideal_variance(self, x: Any) -> Tensor:
         """r² (t² / (e^{ε/2} - 1) + (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)²)) (Wang et al., Sec. III-B)."""
         t, c, r = self._t(x)
         inv = 1.0 / math.expm1(self._epsilon / 2.0) if self._epsilon < 1400.0 else 0.0  # 1 / (e^{ε/2} - 1)
-        v = (t * t * inv + (inv + 4.0 * inv * inv) / 3.0) * r * r
-        return v.expand(_broadcast_shape(t, c, r)).clone()
+        return (t * t * inv + (inv + 4.0 * inv * inv) / 3.0) * r * r
 
 
 # ---- 5. Hybrid mechanism --------------------------------------------------------------------------
-class Hybrid(Mechanism):
-    """Hybrid Mechanism (HM), Wang et al., ICDE 2019, Sec. III-C.
+class Hybrid(GridMechanism):
+    """Hybrid Mechanism (HM), Wang et al., ICDE 2019, Sec. III-C, as a grid law.
 
-    With β = 1 - e^{-ε/2} if ε > ε* ≈ 0.61 and β = 0 otherwise: with probability β apply the
-    :class:`Piecewise` mechanism, otherwise Duchi's two-point mechanism (:class:`TwoPoint`), both
-    with the same ε, center and radius. A mixture (with input-independent weights) of two ε-LDP
-    mechanisms is ε-LDP; both parts are unbiased, so Var = β Var_PM + (1 - β) Var_Duchi.
+    Ideal: with β = 1 - e^{-ε/2} if ε > ε* ≈ 0.61 and β = 0 otherwise, apply the Piecewise mechanism with
+    probability β, otherwise Duchi's two-point mechanism (:class:`TwoPoint`), both with the same ε, center and
+    radius. A mixture (input-independent weights) of two ε-LDP mechanisms is ε-LDP; both parts are unbiased, so
+    Var = β Var_PM + (1 - β) Var_Duchi (:meth:`ideal_variance`).
 
-    The output law is mixed: :meth:`density` is the (defective) density of the continuous part,
-    β · f_PM(y | x), which integrates to β; :meth:`atoms` gives the two point masses
-    c ∓ r a with probabilities (1 - β)(1 - P_plus), (1 - β) P_plus; :meth:`cdf` is the full CDF.
-    One uniform u per element: u < β -> PM with uniform u / β; otherwise Duchi's mechanism with
-    uniform (u - β) / (1 - β).
+    Sampled (:class:`GridMechanism`): HM at the design ε_d, its PM part on a grid; outputs c ∓ r a_d (Duchi's,
+    a_d = (e^{ε_d} + 1) / (e^{ε_d} - 1)) and the grid of [c - r C_d, c + r C_d]; :attr:`beta` is the design's β.
     """
 
     name = "hybrid"
 
-    def __init__(self, *, epsilon: float, center: Param = 0.0, radius: Param = 1.0) -> None:
-        super().__init__(epsilon=epsilon)
-        self._set_range(center, radius)
-        self.beta = -math.expm1(-self._epsilon / 2.0) if self._epsilon > HYBRID_EPSILON_STAR else 0.0
-        self.one_minus_beta = math.exp(-self._epsilon / 2.0) if self._epsilon > HYBRID_EPSILON_STAR else 1.0
-        self.piecewise = Piecewise(epsilon=self._epsilon, center=self._center, radius=self._radius)
-        self.two_point = TwoPoint(epsilon=self._epsilon, center=self._center, radius=self._radius)
+    _build = staticmethod(_hybrid_grid)
 
-    def _sample(self, w: Tensor, u: Tensor) -> Tensor:
-        """HM reports: PM with probability β (uniform u/β), else Duchi's mechanism (both overwritten)."""
-        if self.beta == 0.0:  # ε <= ε*: Duchi's mechanism alone
-            return self.two_point._sample(w, u)
-        use_pm = u < self.beta
-        pm = self.piecewise._sample(w.clone(), u / self.beta)
-        duchi = self.two_point._sample(w, u.sub_(self.beta).div_(self.one_minus_beta).clamp_(0.0, 1.0))
-        return torch.where(use_pm, pm, duchi)
+    @property
+    def beta(self) -> float:
+        """β of the design ε_d: the probability of the Piecewise part (0 at ε_d <= ε*)."""
+        return self.law.beta
 
-    def atoms(self, x: Any) -> Tuple[Tensor, Tensor]:
-        """Point masses: (values, probs), shape ``x.shape + (2,)``; values (c - r a, c + r a),
-        probs (1 - β)(1 - P_plus), (1 - β) P_plus (float64). Sum of probs = 1 - β."""
-        v, p = self.two_point.output_distribution(x)
-        return v, self.one_minus_beta * p
-
-    def density(self, y: Any, x: Any) -> Tensor:
-        """Density of the continuous part, β · f_PM(y | x) (integrates to β; float64)."""
-        return self.beta * self.piecewise.density(y, x)
-
-    def support(self, x: Any) -> Tuple[Tensor, Tensor]:
-        """Support of the continuous part, [c - r C, c + r C] (contains both atoms)."""
-        return self.piecewise.support(x)
-
-    def cdf(self, y: Any, x: Any) -> Tensor:
-        """Full CDF P[Y <= y | x] including the atoms (float64)."""
-        y = _as64(y)
-        vals, probs = self.atoms(x)
-        return self.beta * self.piecewise.cdf(y, x) + (probs * (y.unsqueeze(-1) >= vals).double()).sum(-1)
-
-    def variance(self, x: Any) -> Tensor:
-        """β Var_PM(x) + (1 - β) Var_Duchi(x) (float64)."""
-        return self.beta * self.piecewise.variance(x) + self.one_minus_beta * self.two_point.variance(x)
+    def ideal_variance(self, x: Any) -> Tensor:
+        """β Var_PM(x) + (1 - β) Var_Duchi(x) of the ideal HM at the claimed ε (float64)."""
+        e = self._epsilon
+        beta = -math.expm1(-e / 2.0) if e > HYBRID_EPSILON_STAR else 0.0
+        pm = Piecewise(epsilon=e, center=self._center, radius=self._radius) if beta > 0.0 else None
+        duchi = TwoPoint(epsilon=e, center=self._center, radius=self._radius).variance(x)
+        return duchi if pm is None else beta * pm.ideal_variance(x) + (1.0 - beta) * duchi
 
 
 # ---- 6. Gaussian (Wu et al. 2023, IID clients) ------------------------------------------------------

@@ -11,29 +11,72 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 
 from ldptut.cpu_kernels import pinned
 
-__all__ = ["NUMERICS", "numerics_flag", "package_commit", "IMPORTED_COMMIT", "cpu_model", "cpu_capability",
+__all__ = ["NUMERICS", "NUMERICS_CHANGES", "numerics_flag", "numerics_changes", "run_mechanisms", "package_commit", "IMPORTED_COMMIT", "cpu_model", "cpu_capability",
            "device_name", "kernels_of", "machine_summary", "provenance"]
 
 
 #: Version of the package's numerics: what the numbers of a stored configuration depend on (random streams, local
 #: training, aggregation, evaluation). Bump it in a change that alters the numbers a stored run would give again
-#: (``tests/test_stored_runs.py`` re-trains one stored run per chapter and fails on such a change). Every new record
-#: keeps the version it was trained with; records without one are version 1. Pages flag older records
-#: (:func:`numerics_flag`, in :meth:`ldptut.experiments.Runner.provenance`): their run cache key is the
-#: configuration, so they are still loaded, and the flag says they would be re-trained differently now.
-NUMERICS = 1
+#: (``tests/test_stored_runs.py`` re-trains one stored run per chapter and fails on such a change), and say in
+#: :data:`NUMERICS_CHANGES` what changed. Every new record keeps the version it was trained with; records without one
+#: are version 1. Pages flag older records (:func:`numerics_flag`, in :meth:`ldptut.experiments.Runner.provenance`):
+#: their run cache key is the configuration, so they are still loaded, and the flag says they would be re-trained
+#: differently now.
+NUMERICS = 2
+
+#: Version -> (the mechanisms it changed, by their :data:`ldptut.mechanisms.MECHANISMS` names, or ``None`` for a
+#: change that touches every run; what changed). A record of an older version that used none of the changed
+#: mechanisms would be trained to the same numbers now, and is "current".
+NUMERICS_CHANGES: dict[int, tuple[Optional[frozenset], str]] = {
+    2: (frozenset({"laplace", "piecewise", "hybrid"}),
+        "Laplace, Piecewise and Hybrid report on a grid, each output drawn with its exact probability "
+        "(floating-point-safe samplers, ldptut.fpsafe): other reports from the same seed"),
+}
 
 
-def numerics_flag(version: Any) -> str:
-    """"current", or "older code (numerics v<n>, now v<NUMERICS>)" for a record trained by older numerics."""
-    v = 1 if version is None or (isinstance(version, float) and version != version) else int(version)
-    return "current" if v == NUMERICS else f"older code (numerics v{v}, now v{NUMERICS})"
+def numerics_changes(version: Any, mechanisms: Optional[Iterable[str]] = None) -> list[str]:
+    """What changed since numerics ``version`` that touches a run using ``mechanisms`` (``None``: any run), one
+    line per version: "v<n>: <what changed>"."""
+    v = _version(version)
+    used = None if mechanisms is None else {str(m) for m in mechanisms}
+    out = []
+    for w in range(v + 1, NUMERICS + 1):
+        touched, what = NUMERICS_CHANGES.get(w, (None, "(not recorded)"))
+        if touched is None or used is None or used & touched:
+            out.append(f"v{w}: {what}")
+    return out
+
+
+def _version(version: Any) -> int:
+    return 1 if version is None or (isinstance(version, float) and version != version) else int(version)
+
+
+def numerics_flag(version: Any, mechanisms: Optional[Iterable[str]] = None) -> str:
+    """"current", or "older code (numerics v<n>, now v<NUMERICS>)" for a record trained by older numerics whose
+    changes since touch it: with ``mechanisms`` (the mechanism names the run used, :func:`run_mechanisms`), a change
+    to other mechanisms leaves it "current"; without, every older record is flagged."""
+    v = _version(version)
+    if v == NUMERICS or not numerics_changes(v, mechanisms):
+        return "current"
+    return f"older code (numerics v{v}, now v{NUMERICS})"
+
+
+def run_mechanisms(config: Any) -> Optional[frozenset]:
+    """The :data:`ldptut.mechanisms.MECHANISMS` names a run configuration uses (its ``mechanism_names()``, else its
+    ``mechanism`` field), or ``None`` when the configuration does not say (then any change flags it)."""
+    names = getattr(config, "mechanism_names", None)
+    if callable(names):
+        return frozenset(names())
+    m = getattr(config, "mechanism", "absent")
+    if m == "absent":
+        return None
+    return frozenset() if m is None else frozenset({str(m)})
 
 
 def package_commit() -> str:

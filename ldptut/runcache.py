@@ -28,10 +28,11 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
+from .provenance import numerics_changes, numerics_flag, run_mechanisms
 from .provenance import provenance as _provenance
 from .runconfig import RunConfig, config_from_dict
 
-__all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table",
+__all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table", "code_summary",
            "LOAD_ONLY_ENV"]
 
 #: Record format. 1: configuration dicts of the first chapters (migrated by python -m ldptut.migrate);
@@ -233,3 +234,19 @@ def records_table(records: Iterable[RunRecord]) -> pd.DataFrame:
 def load_runs(*directories: str | Path) -> pd.DataFrame:
     """Every run stored in ``directories`` as :func:`records_table` rows."""
     return records_table(rec for d in directories for rec in load_records(d))
+
+
+def code_summary(records: Iterable[RunRecord]) -> str:
+    """One line for a page: how many runs the present code would train to the same numbers ("current") and how many
+    were trained by older code whose changes since touch them (:func:`ldptut.provenance.numerics_flag`), with what
+    changed (:data:`ldptut.provenance.NUMERICS_CHANGES`)."""
+    counts: dict[str, int] = {}
+    changes: list[str] = []
+    for rec in records:
+        version, used = rec.provenance.get("numerics", 1), run_mechanisms(rec.config)
+        flag = numerics_flag(version, used)
+        counts[flag] = counts.get(flag, 0) + 1
+        changes += [c for c in numerics_changes(version, used) if c not in changes]
+    parts = [f"{n} {flag}" for flag, n in sorted(counts.items(), key=lambda kv: kv[0] != "current")]
+    line = "code of the runs: " + (", ".join(parts) if parts else "no runs")
+    return line + "".join(f"\n  {c}" for c in changes)

@@ -13,7 +13,7 @@ from ldptut.audits import (
     histogram_ratio_exact,
     monte_carlo_audit,
 )
-from ldptut.mechanisms import Hybrid, Laplace, Piecewise, RandomizedResponse, TwoPoint
+from ldptut.mechanisms import Gaussian, Hybrid, Laplace, Piecewise, RandomizedResponse, TwoPoint
 from ldptut.rng import generator
 
 
@@ -68,8 +68,8 @@ def test_exact_audit_catches_wrong_mechanisms():
 
 
 def test_exact_audit_validation():
-    with pytest.raises(TypeError):
-        exact_ldp_audit(Laplace(epsilon=1.0), [0.0, 1.0])
+    with pytest.raises(TypeError):  # a continuous law (no output_distribution): use the Monte-Carlo audit
+        exact_ldp_audit(Gaussian(epsilon=1.0, delta=1e-5), [0.0, 1.0])
     with pytest.raises(ValueError, match="inputs"):
         exact_ldp_audit(TwoPoint(epsilon=1.0), [0.0])
     with pytest.raises(ValueError, match="scalar"):
@@ -126,17 +126,18 @@ def test_monte_carlo_audit_explicit_edges_and_determinism():
 
 def test_histogram_ratio_exact():
     lap = Laplace(epsilon=1.0)
-    # tail bins beyond the range ends have ratio exactly e^ε
+    # the tail bins beyond the range ends hold the collapsed tails, whose ratio is exactly e^{ε_d} (the design ε)
     res = histogram_ratio_exact(lap, -1.0, 1.0, [-math.inf, -5.0, -1.0, 0.0, 1.0, 5.0, math.inf])
-    assert res.passed and res.epsilon_observed == pytest.approx(1.0, abs=1e-9)
-    # the density path (Simpson) agrees with the cdf path on finite bins
-    pm = Piecewise(epsilon=2.0)
+    assert res.passed and res.epsilon_observed == pytest.approx(lap.design.epsilon_design, abs=1e-9)
+    # the density path (Simpson) agrees with the cdf path on finite bins (a continuous law: the Gaussian)
+    gauss = Gaussian(epsilon=2.0, delta=1e-5)
 
     class DensityOnly:
         epsilon = 2.0
-        density = staticmethod(pm.density)
+        density = staticmethod(gauss.density)
 
-    edges = torch.linspace(-pm.C, pm.C, 17)
+    edges = torch.linspace(-3.0, 3.0, 17)
+    pm = gauss
     a = histogram_ratio_exact(pm, -1.0, 1.0, edges)
     b = histogram_ratio_exact(DensityOnly(), -1.0, 1.0, edges, n_sub=4000)
     assert torch.allclose(a.details["p_x0"], b.details["p_x0"], atol=1e-4)

@@ -248,6 +248,11 @@ def test_exact_ldp_discrete(eps):
         assert res.passed
         assert res.ratio_max <= math.exp(eps) * (1 + 1e-9)
         assert res.epsilon_observed == pytest.approx(eps, abs=1e-9)
+    # the grid laws: their designed law is exactly eps_d-LDP (eps_d <= eps), attained at the range ends
+    for mech in (Laplace(epsilon=eps, center=0.2, radius=1.5), Piecewise(epsilon=eps), Hybrid(epsilon=eps)):
+        res = exact_ldp_audit(mech, mech.center + mech.radius * torch.linspace(-1.2, 1.2, 25))
+        assert res.passed and res.epsilon_observed <= mech.design.epsilon_design * (1 + 1e-9)
+        assert res.epsilon_observed > 0.5 * eps
 
 
 @pytest.mark.parametrize(
@@ -266,17 +271,6 @@ def test_monte_carlo_ldp_continuous(mech):
     assert exact.epsilon_observed > 0.5 * mech.epsilon
 
 
-def test_hybrid_continuous_part_ratio_bounded():
-    """The continuous part of HM is PM scaled by β: its density ratio is <= e^ε everywhere."""
-    h = Hybrid(epsilon=2.0)
-    y = torch.linspace(-h.piecewise.C, h.piecewise.C, 4001, dtype=torch.float64)
-    xs = torch.linspace(-1, 1, 21, dtype=torch.float64)
-    d = h.density(y[:, None], xs[None, :])  # (y, x)
-    ratio = d.max(1).values / d.min(1).values
-    assert float(ratio.max()) <= math.exp(2.0) * (1 + 1e-12)
-    assert float(ratio.max()) == pytest.approx(math.exp(2.0), rel=1e-12)
-
-
 # ---- output distribution vs exact law -----------------------------------------------------------
 @pytest.mark.parametrize("eps", [0.5, 2.0])
 def test_discrete_output_distribution(eps):
@@ -293,33 +287,25 @@ def test_discrete_output_distribution(eps):
             assert ok, (type(mech).__name__, j, z)
 
 
-def _continuous_bins(mech, x):
-    lo, hi = mech.support(torch.tensor(x))
-    if math.isinf(float(lo)):  # Laplace: finite window, tails as two extra categories
-        b = float(mech.scale)
-        w = float(mech.clip(torch.tensor(x)))
-        return torch.linspace(w - 8 * b, w + 8 * b, 41, dtype=torch.float64)
-    return torch.linspace(float(lo), float(hi), 41, dtype=torch.float64)
+GRID_LAWS = [Laplace(epsilon=1.0, center=1.0, radius=2.0), Laplace(epsilon=0.2), Piecewise(epsilon=1.0),
+             Piecewise(epsilon=4.0, center=-2.0, radius=0.5), Hybrid(epsilon=2.0, center=0.5, radius=2.0), Hybrid(epsilon=5.0)]
 
 
-@pytest.mark.parametrize(
-    "mech",
-    [Laplace(epsilon=1.0, center=1.0, radius=2.0), Piecewise(epsilon=1.0), Piecewise(epsilon=4.0, center=-2.0, radius=0.5)],
-    ids=["laplace", "pm", "pm-eps4"],
-)
-def test_continuous_density_matches_samples(mech):
+@pytest.mark.parametrize("mech", GRID_LAWS, ids=["laplace", "laplace-eps0.2", "pm", "pm-eps4", "hybrid", "hybrid-eps5"])
+def test_grid_law_matches_samples(mech):
+    """Every report is one of the law's values (bit for bit in float64), with the law's frequencies."""
     c, r = mech.center, mech.radius
-    for x in (c - r, c + 0.3 * r, c + r):
-        edges = _continuous_bins(mech, x)
-        probs = simpson_bin_probs(mech.density, x, edges)
-        F = mech.cdf(edges, torch.tensor(x, dtype=torch.float64))
-        assert torch.allclose(probs, F[1:] - F[:-1], atol=1e-4)  # density integrates to the cdf (Simpson error at the jumps)
-        y = mech.privatize(torch.full((N,), x, dtype=torch.float64), generator(31, str(x))).double()
-        inside = torch.histc(y, bins=edges.numel() - 1, min=float(edges[0]), max=float(edges[-1]))
-        below, above = (y < edges[0]).sum(), (y > edges[-1]).sum()
-        counts = torch.cat([below[None].double(), inside.double(), above[None].double()])
-        p_all = torch.cat([F[:1], F[1:] - F[:-1], 1 - F[-1:]])
-        ok, z = frequencies_match(counts, p_all)
+    for x in (c - r, c + 0.3 * r, c + r, c + 1.5 * r):
+        values, probs = mech.output_distribution(torch.tensor(x, dtype=torch.float64))
+        assert float(probs.sum()) == pytest.approx(1.0, abs=1e-12) and bool((probs > 0).all())
+        assert float((values * probs).sum()) == pytest.approx(float(mech.clip(torch.tensor(x, dtype=torch.float64))), abs=1e-12)  # unbiased
+        y = mech.privatize(torch.full((N,), x, dtype=torch.float64), generator(31, type(mech).__name__, str(x)))
+        uniq, inv = torch.unique(values, return_inverse=True)  # equal values (Hybrid's atoms on the grid) merged
+        p = torch.zeros(uniq.numel(), dtype=torch.float64).scatter_add_(0, inv, probs)
+        pos = torch.searchsorted(uniq, y)
+        assert bool((pos < uniq.numel()).all()) and torch.equal(uniq[pos.clamp(max=uniq.numel() - 1)], y)
+        counts = torch.bincount(pos, minlength=uniq.numel())
+        ok, z = frequencies_match(counts, p)
         assert ok, (x, z)
 
 
@@ -333,36 +319,31 @@ def test_piecewise_support():
 
 
 @pytest.mark.parametrize("eps", [2.0, 5.0])
-def test_hybrid_mixed_distribution(eps):
+def test_hybrid_mixes_duchi_and_the_grid_piecewise_law(eps):
     h = Hybrid(epsilon=eps, center=0.5, radius=2.0)
-    assert h.beta == pytest.approx(1 - math.exp(-eps / 2))
-    for x in (-1.5, 0.5, 1.1, 2.5):
-        y = h.privatize(torch.full((N,), x, dtype=torch.float64), generator(41, str(x)))
-        vals, pa = h.atoms(torch.tensor(x))
-        is_atom = [(y == vals[k]) for k in range(2)]
-        cont = y[~(is_atom[0] | is_atom[1])]
-        lo, hi = h.support(torch.tensor(x))
-        edges = torch.linspace(float(lo), float(hi), 31, dtype=torch.float64)
-        pc = simpson_bin_probs(h.density, x, edges)
-        assert float(pc.sum()) == pytest.approx(h.beta, abs=1e-4)  # continuous part has mass β
-        assert float(pa.sum()) == pytest.approx(1 - h.beta, abs=1e-12)
-        hist = torch.histc(cont, bins=30, min=float(lo), max=float(hi)).double()
-        counts = torch.cat([torch.stack([m.sum() for m in is_atom]).double(), hist])
-        assert int(counts.sum()) == N
-        ok, z = frequencies_match(counts, torch.cat([pa, pc]))
-        assert ok, (x, z)
-        # cdf = continuous part + atoms
-        F = h.cdf(torch.tensor([float(hi) + 1]), torch.tensor(x))
-        assert float(F) == pytest.approx(1.0, abs=1e-12)
+    eps_d = h.design.epsilon_design
+    assert eps_d <= eps and h.beta == pytest.approx(1 - math.exp(-eps_d / 2))
+    x = torch.tensor([-1.5, 0.5, 1.1, 2.5], dtype=torch.float64)
+    values, probs = h.output_distribution(x)
+    duchi = TwoPoint(epsilon=eps_d, center=0.5, radius=2.0)
+    dv, dp = duchi.output_distribution(x)
+    assert torch.allclose(values[..., :2], dv) and torch.allclose(probs[..., :2], (1 - h.beta) * dp, atol=1e-15)
+    pm = h.law.pm  # the grid Piecewise law of the same design
+    assert torch.allclose(probs[..., 2:], h.beta * pm.probs((h.clip(x) - 0.5) / 2.0), atol=1e-15)
 
 
 def test_hybrid_small_epsilon_is_duchi():
+    """Below ε* the hybrid is Duchi's mechanism alone, at the design ε_d: two outputs ±a_d with its probabilities."""
     h = Hybrid(epsilon=0.6)
-    t = TwoPoint(epsilon=0.6)
-    assert h.beta == 0.0
-    x = torch.linspace(-1, 1, 100_000)
-    assert torch.equal(h.privatize(x, generator(8)), t.privatize(x, generator(8)))
+    t = TwoPoint(epsilon=h.design.epsilon_design)
+    assert h.beta == 0.0 and h.law.size == 2
+    x = torch.linspace(-1, 1, 11, dtype=torch.float64)
+    hv, hp = h.output_distribution(x)
+    tv, tp = t.output_distribution(x)
+    assert torch.allclose(hv, tv) and torch.allclose(hp, tp, atol=1e-15)
     assert torch.allclose(h.variance(x), t.variance(x))
+    y = h.privatize(torch.linspace(-1, 1, 100_000), generator(8))
+    assert set(y.unique().tolist()) == {float(torch.tensor(v).float()) for v in tv[0].tolist()}
 
 
 def test_closed_forms():
@@ -376,12 +357,12 @@ def test_closed_forms():
     assert torch.allclose(t.prob_plus(x), ((x.double() - 1) * (math.exp(eps) - 1) + 2 * (math.exp(eps) + 1)) / (4 * (math.exp(eps) + 1)))
     lap = Laplace(epsilon=eps, radius=3.0)
     assert lap.scale == pytest.approx(6 / eps)
-    assert torch.allclose(lap.variance(x), torch.full((4,), 2 * (6 / eps) ** 2, dtype=torch.float64))
+    assert torch.allclose(lap.ideal_variance(x), torch.full((4,), 2 * (6 / eps) ** 2, dtype=torch.float64))
     pm = Piecewise(epsilon=eps)
     e2 = math.exp(eps / 2)
     assert pm.C == pytest.approx((e2 + 1) / (e2 - 1))
     tt = torch.tensor([0.0, 0.5, 1.0])
-    assert torch.allclose(pm.variance(tt), tt.double() ** 2 / (e2 - 1) + (e2 + 3) / (3 * (e2 - 1) ** 2))
+    assert torch.allclose(pm.ideal_variance(tt), tt.double() ** 2 / (e2 - 1) + (e2 + 3) / (3 * (e2 - 1) ** 2))
     lo, hi = pm.interval(tt)
     assert torch.allclose(hi - lo, torch.full((3,), pm.C - 1, dtype=torch.float64))
     assert pm.p_high / pm.p_low == pytest.approx(math.exp(eps))
@@ -427,13 +408,16 @@ def test_checks_catch_a_wrong_variance():
     assert not res.passed and res.epsilon_observed > 1.5
 
 
-def test_checks_catch_a_wrong_density():
+def test_checks_catch_a_wrong_law():
+    """A Piecewise that samples at 2ε while claiming ε: its reports do not follow the claimed law, and the
+    Monte-Carlo audit sees a loss above ε."""
     bad = WrongEpsPiecewise(epsilon=1.0)
     x = 0.4
-    edges = torch.linspace(-bad.C, bad.C, 41, dtype=torch.float64)
+    values, probs = bad.output_distribution(torch.tensor(x, dtype=torch.float64))
     y = bad.privatize(torch.full((N,), x, dtype=torch.float64), generator(54))
-    counts = torch.histc(y, bins=40, min=-bad.C, max=bad.C).double()
-    assert not frequencies_match(counts, simpson_bin_probs(bad.density, x, edges))[0]
+    on_law = torch.isin(y, values)
+    counts = torch.cat([torch.stack([(y == v).sum() for v in values]), (~on_law).sum()[None]]).double()
+    assert not frequencies_match(counts, torch.cat([probs, torch.zeros(1, dtype=torch.float64)]))[0]
     res = monte_carlo_audit(bad, -1.0, 1.0, n_samples=200_000, bins=40, generator=generator(55))
     assert not res.passed
 
@@ -550,15 +534,6 @@ def test_large_epsilon_closed_forms_are_finite(eps):
     assert float(cdf[0]) == 0.0 and abs(float(cdf[-1]) - 1.0) < 1e-12
 
 
-def test_piecewise_inverse_cdf_is_unchanged_at_moderate_epsilon():
-    """The piece-by-piece sampler is the same map u -> t* as the closed-form CDF: cdf(sample(u)) = u."""
-    pm = Piecewise(epsilon=2.0, center=0.0, radius=1.0)
-    u = torch.linspace(0.0005, 0.9995, 999, dtype=torch.float64)
-    for t in (-1.0, -0.3, 0.0, 0.8, 1.0):
-        y = pm._sample(torch.full_like(u, t), u.clone())
-        assert torch.allclose(pm.cdf(y, torch.tensor(t, dtype=torch.float64)), u, atol=1e-12)
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_reports_the_input_dtype_cannot_hold_raise(dtype):
     """TwoPoint(ε=0.001, r=100) reports ±2e5: float16 used to return inf silently."""
@@ -570,4 +545,4 @@ def test_reports_the_input_dtype_cannot_hold_raise(dtype):
     else:  # bfloat16 has float32's range: fine
         assert bool(torch.isfinite(mech.privatize(x, generator(0))).all())
     with pytest.raises(ValueError, match="cannot represent"):
-        Laplace(epsilon=1e-4, radius=100.0).privatize(torch.zeros(1000, dtype=torch.float16), generator(0))
+        Laplace(epsilon=0.01, radius=1000.0).privatize(torch.zeros(1000, dtype=torch.float16), generator(0))

@@ -246,6 +246,30 @@ def test_records_keep_their_numerics_version_and_pages_flag_older_ones(tmp_path,
     assert provenance.numerics_flag(None) == provenance.numerics_flag(1)  # records from before the field: v1
 
 
+def test_a_numerics_change_flags_only_the_runs_of_the_mechanisms_it_changed():
+    """Numerics v2 changed the samplers of Laplace, Piecewise and Hybrid: a v1 run of those is "older code", a v1 run of
+    the two-point mechanism (or a non-private one) would be trained to the same numbers now and stays "current"."""
+    from ldptut import provenance
+    from ldptut.experiments import FedAvgRun
+    from ldptut.fl import FixedRange
+    from ldptut.papers.fedsel import FedSelRun
+    from ldptut.papers.wu2023 import WuRun
+
+    assert provenance.NUMERICS >= 2 and provenance.NUMERICS_CHANGES[2][0] == {"laplace", "piecewise", "hybrid"}
+    base = dict(paper="p", dataset="mnist", model="mlp", n_clients=2, rounds=1)
+    private = dict(epsilon=1.0, range=FixedRange(0.0, 1.0))
+    flag = lambda cfg: provenance.numerics_flag(1, provenance.run_mechanisms(cfg))  # noqa: E731
+    assert flag(FedAvgRun(**base, mechanism="two_point", **private)) == "current"
+    assert flag(FedAvgRun(**base)) == "current"
+    for m in ("piecewise", "laplace", "hybrid"):
+        assert flag(FedAvgRun(**base, mechanism=m, **private)) == f"older code (numerics v1, now v{provenance.NUMERICS})"
+    assert provenance.run_mechanisms(FedSelRun(paper="fedsel", dataset="adult", model="logistic", n_clients=10, rounds=1,
+                                               selection="random", perturbation="hm", epsilon=1.0)) == {"hybrid"}
+    assert provenance.numerics_flag(1) == f"older code (numerics v1, now v{provenance.NUMERICS})"  # nothing said: flagged
+    assert provenance.numerics_changes(1, ["gaussian"]) == [] and provenance.numerics_changes(1, ["hybrid"])[0].startswith("v2: ")
+    assert callable(WuRun.mechanism_names)
+
+
 def test_a_record_names_the_commit_its_process_imported_not_the_head_when_stored(tmp_path, monkeypatch):
     """Training can outlast a commit: the record must name the code that ran (the commit at import)."""
     from ldptut import provenance

@@ -235,6 +235,11 @@ class FedSelRun(RunConfig):
         name = self.selection.upper() + (f"-{pert}" if pert else "")
         return name + ("-C" if self.control else "") + o
 
+    def mechanism_names(self) -> list:
+        """The value perturbation's mechanism name (:data:`ldptut.mechanisms.MECHANISMS`), if any; the private
+        selections sample with their own exact laws (:mod:`ldptut.selection`)."""
+        return [] if self.perturbation is None else [PERTURBATIONS[self.perturbation].name]
+
     def label(self) -> str:
         eps = "" if self.epsilon is None else f" ε={self.epsilon:g}"
         return f"{self.method}{eps} ({DATASETS[self.dataset]['label']}, {self.model})"

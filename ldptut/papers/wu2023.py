@@ -41,7 +41,7 @@ from ..fl import FLConfig, Run, RoundContext, mean_aggregator, simulate
 from ..mechanisms import Gaussian, LdpSign, Mechanism
 from ..models import LogisticRegression
 from ..notebooks import P
-from ..provenance import numerics_flag
+from ..provenance import numerics_flag, run_mechanisms
 from ..rng import generator
 from ..runcache import RunRecord, load_records
 from ..runconfig import RunConfig
@@ -473,6 +473,10 @@ class WuRun(RunConfig):
     def mechanisms(self) -> list:
         return client_mechanisms(self.epsilons, self.protocol, self.setting(), reading=self.reading)
 
+    def mechanism_names(self) -> list:
+        """The mechanisms' names (:data:`ldptut.mechanisms.MECHANISMS`): Gaussian for IID clients, LdpSign else."""
+        return ["gaussian" if self.protocol == "iid" else "ldpsign"]
+
     def aggregator(self, mechs: Optional[list] = None) -> Any:
         """A (plain mean), B or C over the clients' σ_i (``mechs``: this run's :meth:`mechanisms`, if built)."""
         mechs = self.mechanisms() if mechs is None else mechs
@@ -560,7 +564,7 @@ def histories(records: Sequence[RunRecord]) -> pd.DataFrame:
         out.append(rec.history.assign(**c.labels(), n_train=c.n_train, n_test=c.n_test, rounds=c.rounds,
                                       local_passes=c.local_passes, on_empty=c.on_empty, commit=prov.get("commit"),
                                       date=prov.get("date"), train_seconds=prov.get("seconds"),
-                                      code=numerics_flag(prov.get("numerics"))))
+                                      code=numerics_flag(prov.get("numerics"), run_mechanisms(c))))
     if not out:
         return pd.DataFrame()
     return pd.concat(out, ignore_index=True)
