@@ -36,13 +36,24 @@ test: data
 #   -> book/runs/<CHAPTER>[-<RUN>]-paper.ipynb   (RUN names a variant, e.g. a dataset: RUN=fmnist)
 # LOAD_ONLY=1 re-renders the page from the stored runs and fails instead of training a missing one.
 # DEVICE=cuda (or cpu, auto) overrides the chapter's device (default auto: CUDA when present).
+# CHAPTER and the parameter file are checked before anything else runs; the page is written to a temporary file and
+# replaces the committed page only when the whole execution succeeded (a failed run leaves the page as it was and
+# keeps its partial output as book/runs/.<name>-paper.failed.ipynb).
 RUN_NAME = $(CHAPTER)$(if $(RUN),-$(RUN))
-reproduce: data
+PAGE     = book/runs/$(RUN_NAME)-paper.ipynb
+PARTIAL  = book/runs/.$(RUN_NAME)-paper.partial.ipynb
+reproduce:
 	@test -n "$(CHAPTER)" || { echo "usage: make reproduce CHAPTER=<name> [RUN=<variant>] [LOAD_ONLY=1] [DEVICE=cuda] (see book/params/)"; exit 2; }
-	@test -f book/params/$(RUN_NAME)-paper.yaml || { echo "no parameter file book/params/$(RUN_NAME)-paper.yaml"; exit 2; }
-	cd book && $(if $(LOAD_ONLY),LDPTUT_RUNS_LOAD_ONLY=1 )../$(BIN)/papermill $(CHAPTER).ipynb runs/$(RUN_NAME)-paper.ipynb -f params/$(RUN_NAME)-paper.yaml \
-		$(if $(DEVICE),-p device $(DEVICE) )-k python3 --cwd . --request-save-on-cell-execute
-	$(BIN)/python -m ldptut.notebooks mark-paper-run book/runs/$(RUN_NAME)-paper.ipynb book/params/$(RUN_NAME)-paper.yaml
+	@test -f "book/$(CHAPTER).ipynb" || { echo "no chapter book/$(CHAPTER).ipynb (CHAPTER=$(CHAPTER)); chapters: $(notdir $(basename $(CHAPTERS)))"; exit 2; }
+	@test -f "book/params/$(RUN_NAME)-paper.yaml" || { echo "no parameter file book/params/$(RUN_NAME)-paper.yaml (CHAPTER=$(CHAPTER) RUN=$(RUN))"; exit 2; }
+	$(MAKE) --no-print-directory data
+	rm -f "$(PARTIAL)"
+	cd book && $(if $(LOAD_ONLY),LDPTUT_RUNS_LOAD_ONLY=1 )"$(abspath $(BIN))/papermill" "$(CHAPTER).ipynb" "runs/.$(RUN_NAME)-paper.partial.ipynb" \
+		-f "params/$(RUN_NAME)-paper.yaml" $(if $(DEVICE),-p device "$(DEVICE)" )-k python3 --cwd . --request-save-on-cell-execute \
+		|| { mv -f "runs/.$(RUN_NAME)-paper.partial.ipynb" "runs/.$(RUN_NAME)-paper.failed.ipynb" 2>/dev/null; \
+		     echo "make reproduce: the execution failed; $(PAGE) is unchanged (partial output: book/runs/.$(RUN_NAME)-paper.failed.ipynb)"; exit 1; }
+	"$(abspath $(BIN))/python" -m ldptut.notebooks mark-paper-run "$(PARTIAL)" "book/params/$(RUN_NAME)-paper.yaml"
+	mv -f "$(PARTIAL)" "$(PAGE)"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mechanisms.py

@@ -572,12 +572,14 @@ class FloatAttack:
     """What one report tells apart, over all 2^24 uniforms of a float32 sampler: ``ruled_out`` is P[the report under
     x is one x' can never give] (one report then proves the input was not x'); ``ratio_max`` the largest
     P[y | x] / P[y | x'] over reports both can give; ``epsilon_observed`` is infinite when ``ruled_out`` > 0, else
-    log(max(ratio_max, reverse ratio)); ``outputs`` how many distinct reports x gives."""
+    log(max(ratio_max, reverse ratio)); ``outputs`` how many distinct reports x gives; ``example`` one report of x that
+    x' never gives, with the uniform that produced it (``None`` when there is none)."""
 
     ruled_out: float
     ratio_max: float
     epsilon_observed: float
     outputs: int
+    example: Optional[Tuple[float, float]] = None  # (uniform u, report y)
 
 
 def floating_point_attack(sampler: Any, x: float, x_prime: float, *, dtype: torch.dtype = torch.float32) -> FloatAttack:
@@ -586,14 +588,24 @@ def floating_point_attack(sampler: Any, x: float, x_prime: float, *, dtype: torc
     laws (counts of uniforms per distinct report). This is Mironov's attack (CCS 2012) made exhaustive."""
     n = 1 << 24
     u = torch.arange(n, dtype=torch.float64).mul_(2.0 ** -24)
-    laws = []
+    laws, first = [], None
     for value in (x, x_prime):
         w = torch.full((n,), float(value), dtype=dtype)
-        laws.append(torch.unique(sampler(w, u).detach(), return_counts=True))
+        y = sampler(w, u).detach()
+        if first is None:
+            first = y
+        laws.append(torch.unique(y, return_counts=True))
     (a, ca), (b, cb) = laws
     common_a, common_b = torch.isin(a, b), torch.isin(b, a)
+    example = None
+    out = ~torch.isin(first, b)  # the uniforms whose report under x is one x' never gives
+    if bool(out.any()):
+        upper = out[n // 2:].nonzero()  # an example from u >= 1/2 (a report above x), else the first
+        j = int(upper[0, 0]) + n // 2 if upper.numel() else int(out.nonzero()[0, 0])
+        example = (float(u[j]), float(first[j]))
     ruled_out = float(ca[~common_a].sum()) / n
     ratios = ca[common_a].double() / cb[common_b].double()  # both sorted by value: aligned on the common reports
     ratio_max = float(torch.maximum(ratios, 1.0 / ratios).max()) if ratios.numel() else math.inf
     eps = math.inf if ruled_out > 0 or bool((~common_b).any()) else math.log(ratio_max)
-    return FloatAttack(ruled_out=ruled_out, ratio_max=ratio_max, epsilon_observed=eps, outputs=int(a.numel()))
+    return FloatAttack(ruled_out=ruled_out, ratio_max=ratio_max, epsilon_observed=eps, outputs=int(a.numel()),
+                       example=example)

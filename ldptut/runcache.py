@@ -14,6 +14,11 @@ a half record under a key. A record that cannot be read (corrupted, or of the ol
 
 ``LDPTUT_RUNS_LOAD_ONLY=1`` (or ``RunCache(..., train=False)``) makes a missing run an error instead of
 a training: re-rendering a paper-scale page from stored runs can then never start hours of training.
+
+Nothing finished is lost: the directory is checked writable *before* training (an unwritable folder is an error
+naming it, not a surprise after hours); a history value that JSON cannot hold is stored as its number or text, with
+a warning naming the column; a record that still cannot be written is pickled to a fallback file that the error
+names, and the other runs of the batch are stored first.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import math
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -119,6 +125,32 @@ def _write_record(path: Path, record: RunRecord) -> None:
             os.unlink(tmp)
 
 
+def _jsonable(value: Any) -> Any:
+    """A history value JSON can hold: itself, a float for number-like values (numpy scalars, 0-d tensors), None
+    for non-finite floats, else its text."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    try:
+        f = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return str(value)
+    return f if math.isfinite(f) else None
+
+
+def _serialisable_history(history: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``history`` with every value JSON can hold (:func:`_jsonable`), and the columns that needed it."""
+    fixed, changed = history.copy(), []
+    for col in history.columns:
+        try:
+            json.dumps(history[col].tolist(), allow_nan=True)
+        except (TypeError, ValueError):
+            fixed[col] = history[col].map(_jsonable).astype(object)
+            changed.append(str(col))
+    return fixed, changed
+
+
 class RunCache:
     """Directory of finished runs (``<key>.json``).
 
@@ -151,15 +183,54 @@ class RunCache:
         self._memory[key] = record
         return record
 
+    def check_writable(self, n_runs: int = 1) -> None:
+        """Raise :class:`RunCacheError` naming the directory if a record cannot be written there (checked by
+        creating and removing a file), before ``n_runs`` runs are trained and then lost."""
+        if self.directory is None:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".write-check.", suffix=".tmp", dir=self.directory)
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as e:
+            raise RunCacheError(f"run cache directory {self.directory} is not writable ({type(e).__name__}: {e}); "
+                                f"{n_runs} run(s) would be trained and then lost: fix its permissions or give "
+                                "another run cache directory") from e
+
     def store(self, config: RunConfig, history: pd.DataFrame, provenance: Mapping[str, Any]) -> RunRecord:
-        """Keep a finished run (on disk when the cache has a directory)."""
-        record = RunRecord(config=config, history=history.reset_index(drop=True), provenance=dict(provenance))
+        """Keep a finished run (on disk when the cache has a directory). Values JSON cannot hold are stored as
+        numbers or text (a warning names the columns)."""
+        history, changed = _serialisable_history(history.reset_index(drop=True))
+        if changed:
+            warnings.warn(f"run {config.key()}: history column(s) {changed} held values JSON cannot hold; stored as "
+                          "numbers or text", RuntimeWarning, stacklevel=2)
+        record = RunRecord(config=config, history=history, provenance=dict(provenance))
         path = self.path(config)
         if path is not None:
             _write_record(path, record)
             record.path = path
         self._memory[config.key()] = record
         return record
+
+    def _store_all(self, pairs: Sequence[tuple[RunConfig, pd.DataFrame, dict]]) -> list[RunRecord]:
+        """Store every finished run; a run that cannot be written is pickled to a fallback file and the error,
+        raised after the others are stored, names it."""
+        import pickle
+
+        out, failed = [], []
+        for c, h, prov in pairs:
+            try:
+                out.append(self.store(c, h, prov))
+            except Exception as e:  # noqa: BLE001 - whatever it is, the finished run must not be lost
+                fd, fallback = tempfile.mkstemp(prefix=f"ldptut-run-{c.key()}.", suffix=".pkl")
+                with os.fdopen(fd, "wb") as fh:
+                    pickle.dump({"config": c.to_dict(), "history": h, "provenance": prov}, fh)
+                failed.append(f"{c.key()} ({type(e).__name__}: {e}) -> {fallback}")
+        if failed:
+            raise RunCacheError(f"{len(failed)} finished run(s) could not be stored in {self.directory}; each was "
+                                f"pickled to a fallback file: " + "; ".join(failed))
+        return out
 
     def run_many(self, configs: Sequence[RunConfig], train: Callable[[list[RunConfig]], list[pd.DataFrame]], *,
                  device: Any = "cpu") -> list[RunRecord]:
@@ -183,16 +254,20 @@ class RunCache:
                 where = self.directory if self.directory is not None else "memory"
                 raise RunCacheError(f"{len(todo)} run(s) are not stored in {where} and training is off "
                                     f"({LOAD_ONLY_ENV}=1 or train=False); the first: {todo[0]}")
+            self.check_writable(len(todo))
             t0 = time.perf_counter()
             histories = train(todo)
             seconds = time.perf_counter() - t0
             if len(histories) != len(todo):
                 raise ValueError(f"train returned {len(histories)} histories for {len(todo)} configurations")
+            pairs = []
             for c, h in zip(todo, histories):
                 prov = _provenance(device=device, seconds=seconds / len(todo))
                 if len(todo) > 1:
                     prov["trained_together"] = len(todo)
-                records[c.key()] = self.store(c, h, prov)
+                pairs.append((c, h, prov))
+            for rec in self._store_all(pairs):
+                records[rec.config.key()] = rec
         return [records[c.key()] for c in configs]
 
     def run(self, config: RunConfig, train: Callable[[], pd.DataFrame], *, device: Any = "cpu") -> RunRecord:

@@ -6,6 +6,7 @@ import multiprocessing as mp
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from ldptut.experiments import FedAvgRun
 from ldptut.fl import FixedRange, GlobalModelRange
@@ -282,3 +283,51 @@ def test_a_record_names_the_commit_its_process_imported_not_the_head_when_stored
     monkeypatch.setattr(provenance, "package_commit", later_head)
     rec = RunCache(tmp_path).run(_cfg(), lambda: _history(0.5))
     assert rec.provenance["commit"] == provenance.IMPORTED_COMMIT
+
+
+# ---- nothing lost: an unwritable folder before training, values JSON cannot hold, a record that cannot be written
+def test_an_unwritable_cache_directory_is_refused_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    cache = RunCache(blocker / "cache")  # its parent is a file: no record can ever be written there
+    trained = []
+    with pytest.raises(RunCacheError, match=r"a-file/cache is not writable.*1 run\(s\) would be trained and then lost"):
+        cache.run(_cfg(), lambda: trained.append(1) or _history(0.9))
+    assert trained == []  # refused before any training
+
+
+def test_history_values_json_cannot_hold_are_stored_as_numbers_or_text(tmp_path):
+    import numpy as np
+
+    h = _history(0.9)
+    h["count"] = pd.Series([np.int64(3), np.int64(4)], dtype=object)
+    h["note"] = pd.Series([{"a"}, torch.tensor(2.5)], dtype=object)
+    with pytest.warns(RuntimeWarning, match=r"\['count', 'note'\].*stored as numbers or text"):
+        rec = RunCache(tmp_path).run(_cfg(), lambda: h)
+    back = load_records(tmp_path)[0]
+    assert back.history["count"].tolist() == [3.0, 4.0] and back.history["note"].tolist() == ["{'a'}", 2.5]
+    assert back.history["accuracy"].tolist() == rec.history["accuracy"].tolist()
+
+
+def test_a_run_that_cannot_be_written_is_pickled_and_the_others_are_stored(tmp_path, monkeypatch):
+    import pickle
+
+    from ldptut import runcache as rc
+
+    bad = _cfg(seed=1)
+    real = rc._write_record
+
+    def flaky(path, record):
+        if path.stem == bad.key():
+            raise OSError("disk full")
+        real(path, record)
+
+    monkeypatch.setattr(rc, "_write_record", flaky)
+    cache = RunCache(tmp_path)
+    with pytest.raises(RunCacheError, match=r"1 finished run\(s\) could not be stored.*disk full.*\.pkl") as err:
+        cache.run_many([_cfg(seed=0), bad], lambda todo: [_history(0.5), _history(0.6)])
+    assert [r.config.seed for r in load_records(tmp_path)] == [0]  # the other run is stored
+    fallback = str(err.value).rsplit("-> ", 1)[1]
+    with open(fallback, "rb") as fh:
+        saved = pickle.load(fh)
+    assert saved["config"]["seed"] == 1 and saved["history"]["accuracy"].tolist() == [0.1, 0.6]
