@@ -77,7 +77,16 @@ def chapter_parameters(chapter: str, params_file: Optional[str | Path] = None) -
         path = Path(params_file)
         if not path.is_file():
             raise FileNotFoundError(f"no parameter file {path} (see book/params/)")
-        params.update(yaml.safe_load(path.read_text()) or {})
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            where = getattr(e, "problem_mark", None)
+            at = f" at line {where.line + 1}" if where is not None else ""
+            raise ValueError(f"parameter file {path} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from e
+        if doc is not None and not isinstance(doc, dict):
+            raise ValueError(f"parameter file {path} must be a mapping of 'name: value' lines, got a YAML "
+                             f"{type(doc).__name__}")
+        params.update(doc or {})
     spec = getattr(mod, "PARAMETERS", None)
     if spec is not None:
         check_parameters(params, spec)
@@ -109,6 +118,48 @@ def pending_groups(configs: Sequence[RunConfig], cache: RunCache) -> tuple[list[
 
 
 # ------------------------------------------------------------------------------------ the sweep
+#: Seconds to wait for a TCP connection to a Ray cluster's address before giving up with a message.
+CONNECT_TIMEOUT = 10.0
+
+
+def check_address(address: Optional[str], *, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Refuse, with a message, a Ray address that cannot work: a ``ray://`` address without Ray's client installed,
+    or a host:port that does not accept a TCP connection within ``timeout`` seconds (Ray itself would retry for
+    minutes). ``None`` (local Ray) and ``auto`` are left to Ray."""
+    import importlib.util
+    import socket
+
+    if address is None or address == "auto":
+        return
+    hostport = address.split("://", 1)[1] if "://" in address else address
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise ImportError(f"the address {address!r} needs Ray's client (Ray Client speaks gRPC): "
+                          "pip install 'ray[client]'")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"a Ray address is host:port, ray://host:port or auto; got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(f"cannot reach a Ray cluster at {address} within {timeout:g} s ({e}); is it running "
+                              "(ray start --head on that machine), and is the port open?") from e
+
+
+def check_schedulable(cpus_per_task: float, gpus_per_task: float, nodes: Sequence[Mapping[str, float]]) -> None:
+    """Refuse tasks that no node can ever run (Ray would queue them forever): each task needs ``cpus_per_task`` CPUs
+    and ``gpus_per_task`` GPUs on one node; ``nodes`` are the nodes' resources ({"CPU": n, "GPU": m})."""
+    if not nodes:
+        raise ValueError("the Ray cluster has no node to run tasks on")
+    best_cpu = max(float(n.get("CPU", 0)) for n in nodes)
+    best_gpu = max(float(n.get("GPU", 0)) for n in nodes)
+    if cpus_per_task > best_cpu:
+        raise ValueError(f"--cpus-per-task {cpus_per_task:g} exceeds the largest node's {best_cpu:g} CPUs: no task "
+                         "could ever start; ask for fewer CPUs per task (or more with --num-cpus)")
+    if gpus_per_task > best_gpu:
+        raise ValueError(f"--gpus-per-task {gpus_per_task:g} exceeds the largest node's {best_gpu:g} GPUs: no task "
+                         "could ever start" + ("; this machine has no GPU Ray can see" if best_gpu == 0 else ""))
+
+
 @dataclass
 class SweepReport:
     """What a sweep did: keys trained now, keys found stored, and the groups that failed (with the error)."""
@@ -138,6 +189,12 @@ def _train_group(configs: list[RunConfig], cache_dir: str, device: str) -> list[
     return [r.config.key() for r in runner.run_all(configs)]
 
 
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: str = "cpu", address: Optional[str] = None,
               num_cpus: Optional[int] = None, cpus_per_task: float = 1.0, gpus_per_task: float = 0.0,
               max_retries: int = 2, progress: bool = True) -> SweepReport:
@@ -153,6 +210,14 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
     if cpus_per_task <= 0 or gpus_per_task < 0 or max_retries < 0:
         raise ValueError(f"need cpus_per_task > 0, gpus_per_task >= 0, max_retries >= 0; got {cpus_per_task}, "
                          f"{gpus_per_task}, {max_retries}")
+    if num_cpus is not None and num_cpus < 1:
+        raise ValueError(f"num_cpus (the local Ray's CPUs) must be >= 1, got {num_cpus}")
+    if address is None and not ray.is_initialized():  # a local Ray: its one node is known before it starts
+        import os
+
+        check_schedulable(cpus_per_task, gpus_per_task, [{"CPU": num_cpus or os.cpu_count() or 1,
+                                                          "GPU": _local_gpus()}])
+    check_address(address)
     t0 = time.perf_counter()
     cache_dir = str(Path(cache_dir).resolve())
     groups, done = pending_groups(configs, RunCache(cache_dir))
@@ -169,6 +234,7 @@ def run_sweep(configs: Sequence[RunConfig], *, cache_dir: str | Path, device: st
         ray.init(**kw)
     pending: dict[Any, list[RunConfig]] = {}
     try:
+        check_schedulable(cpus_per_task, gpus_per_task, [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")])
         task = ray.remote(num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=max_retries,
                           retry_exceptions=True)(_train_group)
         pending = {task.remote(g, cache_dir, device): g for g in groups}
@@ -208,15 +274,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--gpus-per-task", type=float, default=0.0)
     ap.add_argument("--device", default="auto", help="torch device of the tasks: auto (CUDA where present), cpu, cuda")
     ap.add_argument("--max-retries", type=int, default=2, help="retries of a failing task before it is reported")
-    ap.add_argument("--dry-run", action="store_true", help="list what would be trained, train nothing")
+    ap.add_argument("--dry-run", action="store_true", help="list what would be trained, train nothing (no Ray needed)")
+    ap.add_argument("--allow-cache-outside-repo", action="store_true",
+                    help="accept a parameter file whose run_cache lies outside this repository")
     args = ap.parse_args(argv)
+    try:
+        return _main(ap, args)
+    except (ValueError, FileNotFoundError, NotImplementedError, ImportError, ConnectionError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        ap.exit(2, f"{ap.prog}: error: {msg}\n")
 
+
+def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.num_cpus is not None and args.num_cpus < 1:
+        raise ValueError(f"--num-cpus must be >= 1, got {args.num_cpus}")
+    if args.cpus_per_task <= 0 or args.gpus_per_task < 0:
+        raise ValueError(f"--cpus-per-task must be > 0 and --gpus-per-task >= 0, got {args.cpus_per_task:g} and "
+                         f"{args.gpus_per_task:g}")
     params = chapter_parameters(args.chapter, args.params)
     stored = params.get("run_cache") or params.get("cache_dir")   # the chapters' name for it, relative to book/
-    cache = args.cache or (str(BOOK / stored) if stored else None)
+    cache = args.cache or (str((BOOK / stored).resolve()) if stored else None)
     if cache is None:
-        ap.error("no run cache: the parameters name none (run_cache / cache_dir is None); give --cache DIR "
-                 "or a parameter file with one")
+        raise ValueError("no run cache: the parameters name none (run_cache / cache_dir is None); give --cache DIR "
+                         "or a parameter file with one")
+    if not args.cache and not args.allow_cache_outside_repo and not Path(cache).is_relative_to(ROOT):
+        raise ValueError(f"the parameters' run_cache {stored!r} lies outside this repository ({cache}); pass "
+                         "--allow-cache-outside-repo if that is meant, or --cache DIR")
     configs = [c for _, c in chapter_grid(args.chapter, params)]
     if args.dry_run:
         groups, done = pending_groups(configs, RunCache(cache))

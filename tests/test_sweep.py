@@ -280,3 +280,60 @@ def test_an_interrupted_sweep_resumes_without_retraining_finished_runs(tmp_path)
     assert [c.key() for c in done] == [quick.key()] and [[c.key() for c in g] for g in groups] == [[slow.key()]]
     rep = sweep.run_sweep([quick], cache_dir=cache, num_cpus=1, progress=False)
     assert rep.trained == [] and rep.stored == [quick.key()] and path.stat().st_mtime_ns == stamp
+
+
+# ---- the sweep never hangs silently, and bad input is one line -------------------------------------------------
+@pytest.mark.parametrize("argv,message", [
+    (["no_such_chapter"], "unknown chapter 'no_such_chapter'"),
+    (["fedsel", "--params", "{tmp}/missing.yaml"], "no parameter file"),
+    (["fedsel", "--params", "{tmp}/list.yaml"], "must be a mapping of 'name: value' lines, got a YAML list"),
+    (["fedsel", "--params", "{tmp}/broken.yaml"], "is not valid YAML at line 2"),
+    (["fedsel", "--params", "{tmp}/outside.yaml", "--dry-run"], "lies outside this repository"),
+    (["fedsel", "--num-cpus", "0"], "--num-cpus must be >= 1"),
+    (["fedsel", "--cpus-per-task", "0"], "--cpus-per-task must be > 0"),
+])
+def test_bad_arguments_are_one_line_errors_with_exit_code_2(tmp_path, capsys, argv, message):
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    (tmp_path / "broken.yaml").write_text("epsilon: [1,\n")
+    (tmp_path / "outside.yaml").write_text(f"run_cache: {tmp_path / 'cache'}\n")
+    with pytest.raises(SystemExit) as e:
+        sweep.main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_cache_outside_the_repository_is_accepted_with_the_flag(tmp_path, capsys):
+    (tmp_path / "outside.yaml").write_text(f"run_cache: {tmp_path / 'cache'}\n")
+    assert sweep.main(["fedsel", "--params", str(tmp_path / "outside.yaml"), "--dry-run",
+                       "--allow-cache-outside-repo"]) == 0
+    assert "to train" in capsys.readouterr().out
+
+
+def test_dry_run_needs_no_ray(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert sweep.main(["pd_ldpfl", "--params", str(ROOT / "book/params/pd_ldpfl-paper.yaml"), "--dry-run"]) == 0
+    assert "runs in the grid" in capsys.readouterr().out
+
+
+def test_unschedulable_tasks_are_refused_before_ray_starts(tmp_path):
+    """--cpus-per-task 3 on a 2-CPU local Ray, or a GPU on a machine with none: Ray would queue the tasks forever."""
+    ray = pytest.importorskip("ray")
+    with pytest.raises(ValueError, match="--cpus-per-task 3 exceeds the largest node's 2 CPUs"):
+        sweep.run_sweep([_tiny(0)], cache_dir=tmp_path, num_cpus=2, cpus_per_task=3, progress=False)
+    if not sweep._local_gpus():
+        with pytest.raises(ValueError, match="--gpus-per-task 1 exceeds .* 0 GPUs"):
+            sweep.run_sweep([_tiny(0)], cache_dir=tmp_path, num_cpus=2, gpus_per_task=1, progress=False)
+    assert not ray.is_initialized()  # refused before starting it
+    with pytest.raises(ValueError, match="num_cpus"):
+        sweep.run_sweep([_tiny(0)], cache_dir=tmp_path, num_cpus=0, progress=False)
+
+
+def test_an_unreachable_cluster_address_fails_within_the_timeout(tmp_path):
+    pytest.importorskip("ray")
+    t0 = time.perf_counter()
+    with pytest.raises(ConnectionError, match="cannot reach a Ray cluster at 127.0.0.1:1"):
+        sweep.run_sweep([_tiny(0)], cache_dir=tmp_path, address="127.0.0.1:1", progress=False)
+    assert time.perf_counter() - t0 < sweep.CONNECT_TIMEOUT + 5
+    with pytest.raises(ValueError, match="host:port"):
+        sweep.check_address("nonsense")
