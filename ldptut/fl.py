@@ -438,8 +438,8 @@ class FLConfig:
     other rounds: on the whole training set this evaluation can cost as much as a round of local training).
 
     ``divergence_factor``: a run diverges when its test loss has risen three rounds in a row to more than
-    this factor times its smallest value so far (``None``: never), or when the loss or the weights stop
-    being finite. ``on_divergence``: "raise" (``FloatingPointError`` naming the round) or "stop": the run's
+    this factor times its smallest value so far (``None``: never), when it exceeds :data:`HUGE_LOSS` times the loss
+    of a uniform prediction, or when the loss or the weights stop being finite. ``on_divergence``: "raise" (``FloatingPointError`` naming the round) or "stop": the run's
     history ends with the diverging round, marked ``diverged`` (accuracy NaN when its weights were no
     longer finite), and the other runs of the batch go on. A diverged run is a result (e.g. a noise
     feedback the method cannot absorb), not only an error.
@@ -496,6 +496,8 @@ class FLResult:
 def _check_labels(y: torch.Tensor, name: str, k: int) -> None:
     if y.dtype.is_floating_point or y.dtype == torch.bool or y.dtype.is_complex:
         raise ValueError(f"{name} must hold integer class labels, got dtype {y.dtype}")
+    if y.dtype != torch.int64:  # cross-entropy and gather() index with int64 only
+        raise ValueError(f"{name} must be int64 class indices (torch.long), got {y.dtype}: pass {name}.long()")
     if y.numel() and (int(y.min()) < 0 or int(y.max()) >= k):
         bad = int(y.min()) if int(y.min()) < 0 else int(y.max())
         raise ValueError(f"{name} holds label {bad}, outside 0..{k - 1} (the model outputs {k} classes)")
@@ -513,13 +515,25 @@ def _check_inputs(model: nn.Module, runs: Sequence[Run], x_train: torch.Tensor, 
             raise ValueError(f"x_{name} has {x.shape[0]} samples but y_{name} has {y.shape[0]} labels")
     if x_test.shape[0] == 0:
         raise ValueError("x_test is empty: the global model is evaluated on the test set after every round")
+    dtype = next((p.dtype for p in model.parameters()), None)
+    for name, x in (("x_train", x_train), ("x_test", x_test)):
+        if not x.dtype.is_floating_point:
+            raise ValueError(f"{name} must hold floating-point features, got {x.dtype}")
+        if dtype is not None and x.dtype != dtype:
+            raise ValueError(f"{name} is {x.dtype} but the model's weights are {dtype}: pass {name}.to({dtype})")
+        bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(-1) if x.numel() else torch.zeros(0, dtype=torch.bool)
+        if bool(bad.any()):
+            raise ValueError(f"{name} holds NaN or inf (in {int(bad.sum())} sample(s), the first is sample "
+                             f"{int(bad.nonzero()[0, 0])}): clean the data before training")
     was_training = model.training
     try:
-        with torch.no_grad():
-            k = model.eval()(x_test[:1]).shape[-1]  # eval: BatchNorm neither fails on one sample nor updates stats
-    except Exception as e:
-        raise ValueError(f"the model cannot take the data's samples (x_test[:1] has shape {tuple(x_test[:1].shape)}): "
-                         f"{type(e).__name__}: {e}") from e
+        with torch.no_grad():  # eval: BatchNorm neither fails on one sample nor updates stats
+            for name, x in (("x_test", x_test), ("x_train", x_train)):
+                try:
+                    k = model.eval()(x[:1]).shape[-1]
+                except Exception as e:
+                    raise ValueError(f"the model cannot take the samples of {name} ({name}[:1] has shape "
+                                     f"{tuple(x[:1].shape)}): {type(e).__name__}: {e}") from e
     finally:
         model.train(was_training)
     _check_labels(y_train, "y_train", k)
@@ -558,6 +572,8 @@ def _privatize(privatizer: Privatizer, payloads: torch.Tensor, ctx: RoundContext
         got = f"shape {tuple(out.shape)}, {out.dtype} on {out.device}" if isinstance(out, torch.Tensor) else repr(out)
         raise ValueError(f"privatizer {privatizer!r} returned {got}; it must return the payloads' shape "
                          f"{tuple(payloads.shape)}, dtype {payloads.dtype} and device {payloads.device}")
+    if not bool(torch.isfinite(out).all()):  # its input was finite (checked by the caller)
+        raise FloatingPointError(f"round {ctx.round}: privatizer {privatizer!r} returned NaN or inf from finite payloads")
     return out
 
 
@@ -569,6 +585,8 @@ def _aggregate(aggregator: Aggregator, payloads: torch.Tensor, ctx: RoundContext
     vec, metrics = result
     if vec.shape != payloads.shape[1:]:
         raise ValueError(f"aggregator {aggregator!r} returned shape {tuple(vec.shape)}, not ({payloads.shape[1]},)")
+    if not bool(torch.isfinite(vec).all()) and bool(torch.isfinite(payloads).all()):
+        raise FloatingPointError(f"round {ctx.round}: aggregator {aggregator!r} returned NaN or inf from finite payloads")
     return vec, metrics
 
 
@@ -604,8 +622,19 @@ class _Accountant:
         return max(self.totals.values(), key=lambda g: (g.epsilon, g.delta))
 
 
-def _diverged(losses: list[float], factor: Optional[float]) -> bool:
-    if factor is None or len(losses) < 4:
+#: A test loss above this many times that of predicting every class equally likely (ln C) is divergence whatever its
+#: trend (a run whose loss is huge from round 1 never "rises"; the stored runs' largest is under 3000 times).
+HUGE_LOSS = 1e6
+
+
+def _diverged(losses: list[float], factor: Optional[float], chance: float = math.inf) -> bool:
+    """Rising three rounds in a row to more than ``factor`` times the lowest loss, or above :data:`HUGE_LOSS` times the
+    loss of a uniform prediction (``chance`` = ln C), whatever the trend."""
+    if factor is None or not losses:
+        return False
+    if losses[-1] > HUGE_LOSS * chance:
+        return True
+    if len(losses) < 4:
         return False
     a, b, c, d = losses[-4:]
     return a < b < c < d and d > factor * min(losses)
@@ -656,6 +685,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     losses: list[list[float]] = [[] for _ in runs]
     session = config.trainer.start(model=model, layout=layout, runs=runs, x_train=x_train, y_train=y_train)
     lr = getattr(config.trainer, "lr", None)
+    chance = math.log(max(2, int(max(y_train.max(), y_test.max())) + 1))  # cross-entropy of a uniform prediction
     # the run's other state the model needs for evaluation (BatchNorm running statistics), if the trainer keeps any
     load_state = getattr(session, "load_state", lambda m, a: m)
     # the trainer's own per-round metrics of a run (e.g. the variance of its clients' local losses, its clients'
@@ -715,10 +745,13 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                 acc, loss = evaluate(load_state(load_vector(model, layout, glob[a]), a), x_test, y_test,
                                      batch_size=config.eval_batch_size)
                 losses[a].append(loss)
-                if not math.isfinite(loss) or _diverged(losses[a], config.divergence_factor):
+                if not math.isfinite(loss) or _diverged(losses[a], config.divergence_factor, chance):
                     if config.on_divergence == "raise":
-                        raise FloatingPointError(
-                            f"{where}: training diverges, the test loss rose to {loss:.3g} from {min(losses[a]):.3g}{hint}")
+                        huge = (f"{loss / chance:.3g} times that of a uniform prediction ({chance:.3g})"
+                                if loss > HUGE_LOSS * chance else "")
+                        what = (f"the test loss is {loss:.3g}, {huge}" if huge and len(losses[a]) == 1 else
+                                f"the test loss rose to {loss:.3g} from {min(losses[a]):.3g}" + (f", {huge}" if huge else ""))
+                        raise FloatingPointError(f"{where}: training diverges, {what}{hint}")
                     diverged = True
             m, metrics, spent = stats[a]
             row = {"run": a, "round": r, "accuracy": acc, "loss": loss, "clients": m,

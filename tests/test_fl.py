@@ -376,19 +376,20 @@ def test_the_input_check_leaves_a_batchnorm_model_untouched():
 
 
 def test_a_diverging_run_can_be_stopped_and_recorded_while_the_others_go_on():
-    """on_divergence="stop": the run's history ends with the round its weights blew up (marked diverged,
-    accuracy NaN), the other run of the batch trains on; "raise" (the default) names the round."""
-    def blow_up(payloads, *, context):
-        return payloads * (math.inf if context.round >= 2 else 1.0)
+    """on_divergence="stop": the run's history ends with the round its model blew up (marked diverged; its weights
+    kept from the round before), the other run of the batch trains on; "raise" (the default) names the round. (A
+    privatizer that returns NaN or inf is a broken component, not a diverging run: that raises in either mode.)"""
+    def blow_up(payloads, *, context):  # finite, but the model becomes meaningless: a loss beyond HUGE_LOSS
+        return payloads * (1e30 if context.round >= 2 else 1.0)
 
     specs = [dict(seed=1, privatizer=blow_up), dict(seed=2)]
     res = _simulate(specs, rounds=3, on_divergence="stop")
     h = res.history
     bad, good = h[h.run == 0], h[h.run == 1]
     assert bad["round"].tolist() == [1, 2] and bad["diverged"].tolist() == [False, True]
-    assert math.isnan(bad["accuracy"].iloc[-1]) and torch.isfinite(res.weights[0]).all()
+    assert not (bad["loss"].iloc[-1] <= fl.HUGE_LOSS * math.log(4)) and torch.isfinite(res.weights[0]).all()
     assert good["round"].tolist() == [1, 2, 3] and not good["diverged"].any()
-    with pytest.raises(FloatingPointError, match="round 2, run 0: the global model has non-finite weights"):
+    with pytest.raises(FloatingPointError, match="round 2, run 0: (training diverges|the global model has non-finite)"):
         _simulate(specs, rounds=3)
     with pytest.raises(ValueError, match="on_divergence"):
         fl.FLConfig(rounds=1, on_divergence="ignore")
@@ -505,3 +506,38 @@ def test_local_training_that_diverges_before_the_mechanism_is_a_diverged_run_not
     assert h["epsilon_round"].iloc[0] > 0  # the round is still accounted (its reports were due)
     with pytest.raises(FloatingPointError, match="round 1: the global model has non-finite weights"):
         run("raise")
+
+
+# ---- errors that name their cause -----------------------------------------------------------------------------------
+def test_a_loss_huge_from_the_first_round_is_divergence():
+    """lr = 1e30: the loss is enormous from round 1 and never 'rises'; it used to run to the end unflagged."""
+    model = models.build_model("logreg", input_shape=(1, 8, 8), num_classes=4, seed=0)
+    with pytest.raises(FloatingPointError, match=r"round 1: training diverges, the test loss is .*times that of a "
+                                                 r"uniform prediction.*\(learning rate 1e\+30 too large\?\)"):
+        fl.run_fedavg(model, rounds=5, lr=1e30, batch_size=32, progress=False, **_toy())
+
+
+def test_a_privatizer_or_aggregator_returning_non_finite_values_is_named():
+    with pytest.raises(FloatingPointError, match=r"round 1: privatizer .* returned NaN or inf from finite payloads"):
+        _bad(privatizer=lambda p, *, context: p * float("nan"))
+    with pytest.raises(FloatingPointError, match=r"round 1: aggregator .* returned NaN or inf from finite payloads"):
+        model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+        fl.run_fedavg(model, rounds=1, progress=False, aggregator=lambda p, *, context: (p.mean(0) / 0.0, {}), **_toy())
+
+
+def test_inputs_that_do_not_fit_the_model_are_named():
+    data = _toy()
+    x = data["x_train"].clone()
+    x[5, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"x_train holds NaN or inf \(in 1 sample\(s\), the first is sample 5\)"):
+        _bad(x_train=x)
+    xt = data["x_test"].clone()
+    xt[0, 0, 1, 1] = float("inf")
+    with pytest.raises(ValueError, match=r"x_test holds NaN or inf"):
+        _bad(x_test=xt)
+    with pytest.raises(ValueError, match=r"x_train is torch.float64 but the model's weights are torch.float32"):
+        _bad(x_train=data["x_train"].double())
+    with pytest.raises(ValueError, match=r"the model cannot take the samples of x_train"):
+        _bad(x_train=data["x_train"][:, :, :7, :])
+    with pytest.raises(ValueError, match=r"y_train must be int64 class indices.*torch.uint8"):
+        _bad(y_train=data["y_train"].to(torch.uint8))
