@@ -179,6 +179,8 @@ def privatize_rows(mech, x: Tensor, seeds: Tensor, *, uniforms: Optional[Tensor]
     if x.dtype not in _DTYPES:
         raise TypeError(f"the fused kernels take float32 / float16 / bfloat16, got {x.dtype}")
     rows, cols = x.shape
+    if x.dtype in (torch.float16, torch.bfloat16) and type(mech).__name__ == "TwoPoint":
+        _check_half_two_point(mech, x.dtype)
     if seeds.shape != (rows,) or seeds.dtype != torch.int64:
         raise ValueError(f"seeds must be an int64 tensor of shape ({rows},), got {seeds.dtype} {tuple(seeds.shape)}")
     x = x.contiguous()
@@ -209,6 +211,25 @@ def privatize_rows(mech, x: Tensor, seeds: Tensor, *, uniforms: Optional[Tensor]
         raise ValueError(f"{mech!r} produced {n_overflow} reports that {x.dtype} cannot represent "
                          f"(largest finite {torch.finfo(x.dtype).max:g}); pass x as float32 or float64")
     return out
+
+
+def _check_half_two_point(mech, dtype: torch.dtype) -> None:
+    """Refuse float16 / bfloat16 reports that the dtype would round (a bias), as the torch path does: the two values
+    c - r a and c + r a as the kernel computes them in float32 must be exact in ``dtype``."""
+    c = torch.as_tensor(mech.center, dtype=torch.float32)
+    r = torch.as_tensor(mech.radius, dtype=torch.float32)
+    a = torch.tensor(mech.a, dtype=torch.float32)
+    lo = c - r * a
+    values = torch.stack(torch.broadcast_tensors(lo, lo + 2.0 * r * a))
+    if float(values.abs().max()) > torch.finfo(dtype).max:
+        raise ValueError(f"{mech!r} produced reports up to |{float(values.abs().max()):.4g}|, which {dtype} cannot "
+                         f"represent (largest finite {torch.finfo(dtype).max:g}); pass x as float32 or float64")
+    moved = values.to(dtype).to(torch.float32) != values
+    if bool(moved.any()):
+        v = values[moved][0].item()
+        w = torch.tensor(v).to(dtype).item()
+        raise ValueError(f"{mech!r} reports {v:.6g}, which {dtype} rounds to {w:.6g} (every such report moves the "
+                         f"same way: a bias of {w - v:+.3g}); pass x as float32 or float64")
 
 
 def privatize(mech, x: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:

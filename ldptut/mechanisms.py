@@ -91,9 +91,14 @@ def _check_finite(x: Tensor) -> None:
         raise ValueError("x contains NaN or inf; privatize() needs finite inputs")
 
 
-def _to_input_dtype(y: Tensor, dtype: torch.dtype, mech: Any) -> Tensor:
-    """Reports computed in float32 / float64, cast back to the input's dtype; a report that the
-    input's dtype cannot hold (float16 overflows beyond 65504) raises instead of turning into inf."""
+def _to_input_dtype(y: Tensor, dtype: torch.dtype, mech: Any, *, exact: bool = False) -> Tensor:
+    """Reports computed in float32 / float64, cast back to the input's dtype. Refused with a message naming the cause:
+    reports beyond the compute dtype's range (a tiny epsilon or a huge radius), reports the input's dtype cannot hold
+    (float16 overflows beyond 65504), and, for a mechanism with fixed report values (``exact``), float16 / bfloat16
+    reports that the dtype would round (every report moved the same way: a bias)."""
+    if not bool(torch.isfinite(y).all()):
+        raise ValueError(f"{mech!r} produced reports beyond the range of {y.dtype} ({_overflow_hint(mech)}); use a "
+                         "larger epsilon, a smaller radius, or float64 inputs")
     if y.dtype == dtype:
         return y
     out = y.to(dtype)
@@ -101,7 +106,21 @@ def _to_input_dtype(y: Tensor, dtype: torch.dtype, mech: Any) -> Tensor:
         big = y.abs().max().item()
         raise ValueError(f"{mech!r} produced reports up to |{big:.4g}|, which {dtype} cannot represent "
                          f"(largest finite {torch.finfo(dtype).max:g}); pass x as float32 or float64")
+    if exact and dtype in (torch.float16, torch.bfloat16):
+        moved = out.to(y.dtype) != y
+        if bool(moved.any()):
+            v = y[moved][0].item()
+            w = out[moved][0].item()
+            raise ValueError(f"{mech!r} reports {v:.6g}, which {dtype} rounds to {w:.6g} (every such report moves the "
+                             f"same way: a bias of {w - v:+.3g}); pass x as float32 or float64")
     return out
+
+
+def _overflow_hint(mech: Any) -> str:
+    a = getattr(mech, "a", None)
+    if a is not None:
+        return f"reports are c ± r a with a = (e^ε + 1)/(e^ε - 1) = {a:.4g} at epsilon={mech.epsilon:g}"
+    return f"epsilon={mech.epsilon:g}, radius={mech.radius if isinstance(mech.radius, float) else 'tensor'}"
 
 
 def _as64(x: Any) -> Tensor:
@@ -227,6 +246,13 @@ class Mechanism:
         _check_finite(x)
         self._check_range_shape(x)
         w = x.detach().to(x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32)
+        ends = [float((self._center - self._radius).min()) if isinstance(self._center - self._radius, Tensor)
+                else self._center - self._radius,
+                float((self._center + self._radius).max()) if isinstance(self._center + self._radius, Tensor)
+                else self._center + self._radius]
+        if max(abs(e) for e in ends) > torch.finfo(w.dtype).max:
+            raise ValueError(f"the range [center - radius, center + radius] = [{ends[0]:.3g}, {ends[1]:.3g}] of {self!r} "
+                             f"exceeds {w.dtype}'s range; use a smaller radius or float64 inputs")
         c, r = self._range(w)
         return torch.clamp(w, c - r, c + r)
 
@@ -246,7 +272,7 @@ class Mechanism:
             return kernels.privatize(self, x, generator)
         w = self._clipped_input(x)
         u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
-        return _to_input_dtype(self._sample(w, u), x.dtype, self)
+        return _to_input_dtype(self._sample(w, u), x.dtype, self, exact=self.discrete)
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -504,7 +530,8 @@ class CorrelatedTwoPoint(TwoPoint):
         hi = lo + 2.0 * r * self.a  # the same float as TwoPoint's lo + 2 r a * 1
         lo, hi = torch.as_tensor(lo, dtype=wl.dtype, device=wl.device), torch.as_tensor(hi, dtype=wl.dtype, device=wl.device)
         out_l, out_f = torch.where(u < t_l, hi, lo), torch.where(point_f >= t_f, hi, lo)
-        return _to_input_dtype(out_l, leader.dtype, self), _to_input_dtype(out_f, follower.dtype, self)
+        return (_to_input_dtype(out_l, leader.dtype, self, exact=True),
+                _to_input_dtype(out_f, follower.dtype, self, exact=True))
 
     # ---- closed forms (float64) ----------------------------------------------------------------
     def joint_distribution(self, x_leader: Any, x_follower: Any) -> Tuple[Tensor, Tensor]:
@@ -598,7 +625,7 @@ class GridMechanism(Mechanism):
         raises)."""
         w = self._clipped_input(x)
         u = fpsafe.uniforms(w.shape, generator, w.device)
-        return _to_input_dtype(self._sample(w, u), x.dtype, self)
+        return _to_input_dtype(self._sample(w, u), x.dtype, self, exact=True)
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:
         """Reports from clipped inputs ``w`` and uniforms ``u`` (multiples of 2^-24): c + r v_k with k the smallest
@@ -958,7 +985,14 @@ class Gaussian(Mechanism):
         rad = _as_param(radius, "radius", positive=True)
         if isinstance(sig, Tensor) or isinstance(rad, Tensor):
             raise ValueError("Gaussian.with_sigma needs scalar sigma and radius")
-        eps = gaussian_epsilon(_delta(delta), 2.0 * rad / sig)
+        mu = 2.0 * rad / sig
+        try:
+            eps = gaussian_epsilon(_delta(delta), mu) if math.isfinite(mu) else math.inf
+        except ValueError:
+            eps = math.inf
+        if not math.isfinite(eps):
+            raise ValueError(f"sigma={sigma!r} is too small for radius={radius!r} (sensitivity over sigma 2r/σ = {mu:.3g}): "
+                             f"no finite epsilon holds for delta={delta!r}; give a larger sigma")
         self = cls.__new__(cls)
         self._epsilon = eps  # may be 0: δ(0) <= delta already (σ much larger than 2r); δ carries the guarantee
         self._delta = float(delta)

@@ -136,7 +136,11 @@ def test_kernel_errors_match_the_torch_path():
 
 
 def test_half_precision_reports_are_computed_in_float32():
-    mech = TwoPoint(epsilon=1.0)
+    """Half-precision reports that the dtype would round are refused (a bias), as on the torch path; reports it holds
+    exactly (here ±3: a = 3 at eps = ln 2) are computed in float32."""
+    with pytest.raises(ValueError, match=r"reports -2.16395, which torch.bfloat16 rounds to -2.15625"):
+        kernels.privatize_rows(TwoPoint(epsilon=1.0), torch.zeros(1, 8, dtype=torch.bfloat16, device=DEVICE), _seeds(4))
+    mech = TwoPoint(epsilon=math.log(2.0))
     for dtype in (torch.float16, torch.bfloat16):
         x = torch.full((1, 4096), 0.25, dtype=dtype, device=DEVICE)
         y = kernels.privatize_rows(mech, x, _seeds(4))

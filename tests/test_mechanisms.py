@@ -194,6 +194,11 @@ def _input_for(name, shape, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 def test_shape_dtype_device_and_determinism(name, dtype):
     mech = build(name, 1.0)
+    if dtype == torch.float16 and name in ("two_point", "laplace", "piecewise", "hybrid"):
+        # their fixed report values (e.g. ±2.16395) are not float16 numbers: rounding them would bias every report
+        with pytest.raises(ValueError, match="which torch.float16 rounds to .* a bias"):
+            mech.privatize(_input_for(name, (7,), dtype), generator(5, name))
+        return
     for shape in [(0,), (7,), (3, 5), (300, 700)]:
         x = _input_for(name, shape, dtype)
         y1 = mech.privatize(x, generator(5, name))
@@ -542,7 +547,42 @@ def test_reports_the_input_dtype_cannot_hold_raise(dtype):
     if dtype == torch.float16:
         with pytest.raises(ValueError, match="cannot represent.*float32 or float64"):
             mech.privatize(x, generator(0))
-    else:  # bfloat16 has float32's range: fine
-        assert bool(torch.isfinite(mech.privatize(x, generator(0))).all())
+    else:  # bfloat16 has float32's range, but rounds ±2.0003e5 (a bias): refused for that
+        with pytest.raises(ValueError, match="rounds to"):
+            mech.privatize(x, generator(0))
     with pytest.raises(ValueError, match="cannot represent"):
         Laplace(epsilon=0.01, radius=1000.0).privatize(torch.zeros(1000, dtype=torch.float16), generator(0))
+
+
+def test_reports_beyond_the_dtypes_range_and_a_tiny_sigma_name_their_cause():
+    """eps = 1e-39 makes a = (e^eps + 1)/(e^eps - 1) = 2e39 (float32 reports used to be NaN); radius 1e38 overflows
+    the two-point reports; Gaussian.with_sigma(sigma=1e-300) used to say 'epsilon must be finite'."""
+    with pytest.raises(ValueError, match=r"beyond the range of torch.float32 \(reports are c ± r a with a = .* = 2e\+39 at "
+                                         r"epsilon=1e-39\)"):
+        TwoPoint(epsilon=1e-39).privatize(torch.zeros(4), generator(0))
+    assert bool(torch.isfinite(TwoPoint(epsilon=1e-39).privatize(torch.zeros(4, dtype=torch.float64), generator(0))).all())
+    with pytest.raises(ValueError, match="beyond the range of torch.float32"):
+        TwoPoint(epsilon=1.0, radius=1e38).privatize(torch.zeros(4), generator(0))
+    with pytest.raises(ValueError, match=r"range \[center - radius, center \+ radius\] = \[-1e\+39, 1e\+39\].*exceeds torch.float32"):
+        Laplace(epsilon=1.0, radius=1e39).privatize(torch.zeros(4), generator(0))
+    with pytest.raises(ValueError, match="beyond the range of torch.float32"):  # the range fits, its collapsed tails not
+        Laplace(epsilon=0.5, radius=1e38).privatize(torch.zeros(4), generator(0))
+    from ldptut.mechanisms import Gaussian
+
+    with pytest.raises(ValueError, match=r"sigma=1e-300 is too small for radius=1.0.*give a larger sigma"):
+        Gaussian.with_sigma(sigma=1e-300, delta=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_reports_the_dtype_would_round_are_refused(dtype):
+    """bfloat16 turned the two-point reports ±2.16395 into ±2.15625: biased (z = -5 at 1e7 draws)."""
+    with pytest.raises(ValueError, match=r"reports -?2.16395, which .* rounds to"):
+        TwoPoint(epsilon=1.0).privatize(torch.zeros(100, dtype=dtype), generator(0))
+    from ldptut.mechanisms import CorrelatedTwoPoint
+
+    with pytest.raises(ValueError, match="rounds to"):
+        CorrelatedTwoPoint(epsilon=1.0).privatize_pairs(torch.zeros(4, dtype=dtype), torch.zeros(4, dtype=dtype))
+    with pytest.raises(ValueError, match="rounds to"):
+        Hybrid(epsilon=2.0).privatize(torch.zeros(100, dtype=dtype), generator(0))
+    y = TwoPoint(epsilon=math.log(2.0)).privatize(torch.zeros(1000, dtype=dtype), generator(0))  # a = 3: ±3 exact
+    assert set(y.float().unique().tolist()) == {-3.0, 3.0}
