@@ -54,10 +54,16 @@ class P:
     def nonneg_int(v: Any) -> None:
         P.integer(v, minimum=0)
 
+    #: The largest magnitude of a real parameter: the chapters compute in float32, whose largest finite value is about
+    #: 3.4e38; a parameter near it (a range radius of 1e300) passes a finiteness check and overflows later.
+    REAL_MAX = 1e30
+
     @staticmethod
     def real(v: Any, *, positive: bool = False) -> None:
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or (positive and v <= 0):
             _fail("a finite number" + (" > 0" if positive else ""))(v)
+        if abs(v) > P.REAL_MAX:
+            _fail(f"a number of magnitude at most {P.REAL_MAX:g} (the chapters compute in float32)")(v)
 
     @staticmethod
     def device(v: Any) -> None:
@@ -104,10 +110,14 @@ class P:
         return check
 
     @staticmethod
-    def list_of(inner: Callable[[Any], None]) -> Callable[[Any], None]:
+    def list_of(inner: Callable[[Any], None], *, nonempty: bool = False) -> Callable[[Any], None]:
+        """A list of items that each pass ``inner``; ``nonempty``: at least one (for a list the chapter cannot do
+        without; an empty list elsewhere skips what it lists)."""
         def check(v: Any) -> None:
             if not isinstance(v, (list, tuple)):
                 _fail("a list")(v)
+            if not v and nonempty:
+                _fail("a non-empty list")(v)
             for i, item in enumerate(v):
                 try:
                     inner(item)

@@ -119,3 +119,17 @@ def test_the_shared_mean_and_std_format():
     assert mean_std(v, fmt=".2f") == "2.33 ± 1.53 (3 seeds)"        # the std at the mean's decimals
     assert mean_std(v, fmt="+.1f", count=False) == "+2.3 ± 1.5"     # a gain's sign, never on the std
     assert mean_std(v[:1], unit="run") == "1.0 (1 run)" and mean_std(v[:0]) == "not run"
+
+
+def test_parameters_that_passed_the_check_and_failed_later_are_refused():
+    """A range radius of 1e300 passed as 'a finite number' and overflowed float32 later; foundations' epsilons = []
+    passed as 'a list' and failed in its plots."""
+    from ldptut.notebooks import P, ParameterError, check_parameters
+
+    with pytest.raises(ParameterError, match=r"parameter 'range_radius' must be a number of magnitude at most 1e\+30"):
+        check_parameters({"range_radius": 1e300}, {"range_radius": P.pos_float})
+    with pytest.raises(ParameterError, match=r"parameter 'epsilons' must be a non-empty list"):
+        check_parameters({"epsilons": []}, {"epsilons": P.list_of(P.pos_float, nonempty=True)})
+    check_parameters({"epsilons": []}, {"epsilons": P.list_of(P.pos_float)})  # an empty list that skips a section
+    src = "".join(json.loads((ROOT / "book" / "foundations.ipynb").read_text())["cells"][3]["source"])
+    assert '"epsilons": P.list_of(P.pos_float, nonempty=True)' in src
