@@ -5,7 +5,9 @@ the requested device. The files come from, in this order (``Dataset.source`` say
 
 1. ``"cache"`` — the converted copy under the data root (see :func:`data_root`): ``<root>/MNIST/raw``
    and ``<root>/FashionMNIST/raw`` in torchvision's own layout, ``<root>/cifar10/*.pt`` (uint8
-   tensors), ``<root>/<name>/<name>_v1.npz`` for the tabular sets (parsed, not yet standardised);
+   tensors), ``<root>/<name>/<name>_v1.npz`` for the tabular sets (parsed, not yet standardised); each file
+   converted by ldptut has its sha256 beside it (``<file>.sha256``), checked on every read: a file that does not
+   match (corrupted, even at the same size) is rebuilt, a folder where a file should be is an error naming it;
 2. ``"mirror"`` — a local folder named by the environment variable ``LDPTUT_DATA_MIRROR``, laid out
    like ``shared/datasets`` (``mnist/``, ``fashion-mnist/``, ``cifar10/``, ``adult/``,
    ``bank-marketing/``, ``kddcup99/``, ``covertype/`` and a ``SHA256SUMS`` file). Every file used is
@@ -235,12 +237,46 @@ def _remove_stale_temps(dest: Path) -> None:
             pass
 
 
-def _atomic_write(dest: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file next to ``dest``, then rename it to ``dest``.
+def _sidecar(path: Path) -> Path:
+    """``<file>.sha256``: the checksum of a converted cache file, written with it."""
+    return path.with_name(path.name + ".sha256")
+
+
+_VERIFIED: dict[tuple[str, int, int], bool] = {}
+
+
+def _cache_file_ok(path: Path) -> bool:
+    """Whether the cache file ``path`` can be read: False if it is missing or does not match the sha256 written with
+    it (corrupted, even at the same size: it is then rebuilt, with a warning); True for a file without a checksum
+    (written by torchvision, or by an older ldptut). A folder where the file should be is an error naming it. Each
+    (file, size, modification time) is hashed once per process."""
+    if path.is_dir():
+        raise DataError(f"{path} is a folder, where the data cache expects a file: remove it (the file is rebuilt)")
+    if not path.is_file():
+        return False
+    side = _sidecar(path)
+    if not side.is_file():
+        return True
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _VERIFIED:
+        expected = side.read_text().split()[0] if side.read_text().split() else ""
+        _VERIFIED[key] = _sha256(path) == expected
+        if not _VERIFIED[key]:
+            log.warning("data cache file %s does not match its checksum %s (corrupted?); it is rebuilt", path, side)
+    return _VERIFIED[key]
+
+
+def _atomic_write(dest: Path, write: Callable[[Path], None], *, checksum: bool = True) -> None:
+    """Call ``write(tmp)`` on a temporary file next to ``dest``, then rename it to ``dest``, and (``checksum``) write
+    its sha256 beside it (:func:`_sidecar`), which :func:`_cache_file_ok` checks on every read.
 
     Stale temporary files of earlier, killed writes are removed first; a cache folder that cannot be
-    written raises :class:`DataError` saying which folder and how to choose another one.
+    written raises :class:`DataError` saying which folder and how to choose another one; a folder where the
+    file should be raises naming it.
     """
+    if dest.is_dir():
+        raise DataError(f"{dest} is a folder, where the data cache expects a file: remove it (the file is rebuilt)")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(dest)
@@ -254,10 +290,13 @@ def _atomic_write(dest: Path, write: Callable[[Path], None]) -> None:
     try:
         write(tmp_path)
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
+        digest = _sha256(tmp_path) if checksum else None
         os.replace(tmp_path, dest)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+    if digest is not None:  # a crash before this line leaves an old checksum: the next read rebuilds the file
+        _atomic_write(_sidecar(dest), lambda t: t.write_text(f"{digest}  {dest.name}\n"), checksum=False)
 
 
 def _download(url: str, dest: Path, timeout: float = 60.0) -> Path:
@@ -458,7 +497,7 @@ def _read_idx(path: Path, ndim: int) -> Optional[torch.Tensor]:
 
     Returns ``None`` if the file is missing or malformed (then the cache is rebuilt).
     """
-    if not path.is_file():
+    if not _cache_file_ok(path):
         return None
     with open(path, "rb") as f:
         head = f.read(4 + 4 * ndim)
@@ -592,7 +631,7 @@ def load_cifar10(*, root: Optional[PathLike] = None, device: DeviceLike = "cpu",
         return True
 
     def read_cache():
-        if not cache.is_file():
+        if not _cache_file_ok(cache):
             # a user who ran torchvision's CIFAR10(root, download=True) already has the data
             if not (root_p / "cifar-10-batches-py").is_dir() or not from_torchvision(False):
                 return None
@@ -674,7 +713,7 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
 
 
 def _load_npz(path: Path) -> Optional[tuple[dict[str, np.ndarray], dict]]:
-    if not path.is_file():
+    if not _cache_file_ok(path):
         return None
     try:
         with np.load(path, allow_pickle=False) as z:

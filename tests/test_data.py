@@ -477,3 +477,32 @@ def test_unwritable_cache_folder_says_which_folder_and_what_to_do(tmp_path, monk
     monkeypatch.setattr(D.tempfile, "mkstemp", denied)
     with pytest.raises(D.DataError, match=r"cannot write the data cache file .*adult.*writable.*LDPTUT_DATA_DIR"):
         D.load_adult(root=tmp_path, download=False)
+
+
+# ---- the cache is checked, not trusted ------------------------------------------------------------------------------
+@needs_mirror
+def test_a_corrupted_cache_file_of_the_same_size_is_rebuilt(tmp_path, monkeypatch, caplog):
+    """A converted cache file carries its sha256 beside it; a byte flipped in place (same size, which the IDX reader's
+    size check cannot see) used to load silently."""
+    monkeypatch.setenv("LDPTUT_DATA_MIRROR", str(MIRROR))
+    first = D.load_mnist(root=tmp_path)
+    images = tmp_path / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    assert D._sidecar(images).read_text().split()[0] == D._sha256(images)
+    with open(images, "r+b") as f:  # flip one pixel of the test set, keep the size
+        f.seek(5000)
+        b = f.read(1)
+        f.seek(5000)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with caplog.at_level("WARNING"):
+        again = D.load_mnist(root=tmp_path)
+    assert "does not match its checksum" in caplog.text and again.source == "mirror"  # rebuilt from the mirror
+    assert torch.equal(again.x_test, first.x_test)
+    assert D.load_mnist(root=tmp_path).source == "cache"
+
+
+@needs_mirror
+def test_a_folder_where_a_cache_file_should_be_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("LDPTUT_DATA_MIRROR", str(MIRROR))
+    (tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").mkdir(parents=True)
+    with pytest.raises(D.DataError, match=r"t10k-labels-idx1-ubyte is a folder, where the data cache expects a file"):
+        D.load_mnist(root=tmp_path)
