@@ -190,18 +190,43 @@ def _train_vectorised(model: nn.Module, global_params: dict[str, torch.Tensor], 
     return _client_final(state, layout)
 
 
+def _batches(sched: torch.Tensor, *, merge_single: bool, client: Any) -> list[torch.Tensor]:
+    """The schedule's batches (local indices, padding dropped). With ``merge_single`` (a model with BatchNorm, which
+    cannot normalise a batch of one sample in training mode), a one-sample last batch of an epoch joins the batch
+    before it, with a warning naming the client; a client with one sample in all trains on nothing (warned)."""
+    out = [row[row >= 0] for row in sched]
+    if not merge_single or not any(len(b) == 1 for b in out):
+        return out
+    merged: list[torch.Tensor] = []
+    for b in out:
+        if len(b) == 1 and merged and len(merged[-1]) > 1:
+            merged[-1] = torch.cat([merged[-1], b])
+            warnings.warn(f"client {client}: a batch of one sample joins the batch before it (BatchNorm cannot train "
+                          "on one sample)", stacklevel=4)
+        elif len(b) == 1:
+            warnings.warn(f"client {client}: holds one sample, and BatchNorm cannot train on one: its local step is "
+                          "skipped (it sends the global model)", stacklevel=4)
+        else:
+            merged.append(b)
+    return merged
+
+
 def _train_sequential(model: nn.Module, global_params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                       schedules: list[torch.Tensor], client_index: list[torch.Tensor], opt: OptimizerSpec,
                       layout: Any, channels_last: bool = True, buffers: dict[str, torch.Tensor] | None = None,
-                      buffers_out: list[dict[str, torch.Tensor]] | None = None) -> torch.Tensor:
+                      buffers_out: list[dict[str, torch.Tensor]] | None = None,
+                      client_ids: Sequence[Any] | None = None) -> torch.Tensor:
     """Each client in turn: copy the model, load the global weights (and ``buffers``, e.g. BatchNorm running
     statistics), run its batches with torch.optim; the clients' weight vectors stacked. Each client's
-    buffers after training are appended to ``buffers_out`` when it is given."""
+    buffers after training are appended to ``buffers_out`` when it is given. With BatchNorm, a one-sample batch
+    joins the one before it (:func:`_batches`); a batch that fails raises naming the client (``client_ids``)."""
     rows = []
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    names = list(client_ids) if client_ids is not None else list(range(len(schedules)))
     # Image batches in channels-last layout: CNN2's local step is about 1.5x faster on CPU this way
     # (benchmarks/bench_fl.py, row d); the weights are the same numbers in another memory order.
     fmt = torch.channels_last if channels_last and x.dim() == 4 else torch.contiguous_format
-    for sched, idx in zip(schedules, client_index):
+    for sched, idx, cid in zip(schedules, client_index, names):
         local_model = copy.deepcopy(model).to(memory_format=fmt)
         with torch.no_grad():
             for k, p in local_model.named_parameters():
@@ -210,10 +235,13 @@ def _train_sequential(model: nn.Module, global_params: dict[str, torch.Tensor], 
                 b.copy_(buffers[k])
         optim = opt.torch_optimizer(local_model.parameters())
         idx = idx.to(x.device)
-        for batch in sched:
-            b = idx[batch[batch >= 0].to(x.device)]
+        for batch in _batches(sched, merge_single=has_bn, client=cid):
+            b = idx[batch.to(x.device)]
             optim.zero_grad(set_to_none=True)
-            F.cross_entropy(local_model(x[b].contiguous(memory_format=fmt)), y[b]).backward()
+            try:
+                F.cross_entropy(local_model(x[b].contiguous(memory_format=fmt)), y[b]).backward()
+            except (RuntimeError, ValueError) as e:
+                raise type(e)(f"client {cid}: local training failed on a batch of {len(b)} sample(s): {e}") from e
             optim.step()
         rows.append(layout.flatten(dict(local_model.named_parameters())).detach())
         if buffers_out is not None:
@@ -314,8 +342,10 @@ class _LocalSGDSession:
             index = [run.partition[i] for i in ids]
             params = self.layout.unflatten(glob)
             chunk = self.spec.client_chunk or len(ids)
+            named = self.fn is _train_sequential  # the sequential path names a client whose batch fails
             out.append(torch.cat([self.fn(self.model, params, self.x, self.y, schedules[j:j + chunk],
-                                          index[j:j + chunk], self.spec.optimizer, self.layout, **kw)
+                                          index[j:j + chunk], self.spec.optimizer, self.layout, **kw,
+                                          **({"client_ids": ids[j:j + chunk]} if named else {}))
                                   for j in range(0, len(ids), chunk)]))
             if clients_buffers:
                 self.buffers[a] = average_buffers(clients_buffers)

@@ -541,3 +541,38 @@ def test_inputs_that_do_not_fit_the_model_are_named():
         _bad(x_train=data["x_train"][:, :, :7, :])
     with pytest.raises(ValueError, match=r"y_train must be int64 class indices.*torch.uint8"):
         _bad(y_train=data["y_train"].to(torch.uint8))
+
+
+def test_a_one_sample_batch_joins_the_batch_before_it_with_batchnorm():
+    """BatchNorm cannot normalise one sample in training mode: a client whose last batch held one sample crashed the
+    round without naming the client. Now that batch joins the one before it, with a warning naming the client."""
+    from torch import nn
+
+    class BNMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+
+        def forward(self, x):
+            return self.net(x)
+
+    data = _toy()
+    torch.manual_seed(0)
+    parts = [torch.arange(0, 33), torch.arange(33, 66)]  # 33 samples at batch 32: a last batch of one
+    with pytest.warns(UserWarning, match=r"client 0: a batch of one sample joins the batch before it"):
+        res = fl.run_fedavg(BNMLP(), rounds=1, progress=False, batch_size=32, partition=parts,
+                            **{k: v for k, v in data.items() if k != "partition"})
+    assert torch.isfinite(res.weights).all()
+
+
+def test_a_failing_local_batch_names_its_client():
+    from ldptut.training import _train_sequential, OptimizerSpec
+    from torch import nn
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 4))
+    bad_x = torch.zeros(10, 1, 8, 7)  # the model wants 64 features
+    layout = fl.ParamLayout.from_model(model)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    with pytest.raises(RuntimeError, match=r"client 7: local training failed on a batch of 5 sample\(s\)"):
+        _train_sequential(model, params, bad_x, torch.zeros(10, dtype=torch.long), [torch.arange(5)[None]],
+                          [torch.arange(5)], OptimizerSpec(name="sgd", lr=0.1), layout, client_ids=[7])
