@@ -529,7 +529,8 @@ def dlg_mse(reconstructed: Tensor, true: Tensor) -> Tensor:
 
 
 # ==== Floating-point attack on textbook samplers (Mironov, CCS 2012) ===============================
-__all__ += ["textbook_laplace", "textbook_piecewise", "textbook_hybrid", "FloatAttack", "floating_point_attack"]
+__all__ += ["textbook_laplace", "textbook_piecewise", "textbook_hybrid", "FloatAttack", "floating_point_attack",
+            "unreachable_by_float_noise"]
 
 
 def textbook_laplace(w: Tensor, u: Tensor, *, epsilon: float, radius: float = 1.0) -> Tensor:
@@ -609,3 +610,23 @@ def floating_point_attack(sampler: Any, x: float, x_prime: float, *, dtype: torc
     eps = math.inf if ruled_out > 0 or bool((~common_b).any()) else math.log(ratio_max)
     return FloatAttack(ruled_out=ruled_out, ratio_max=ratio_max, epsilon_observed=eps, outputs=int(a.numel()),
                        example=example)
+
+
+def unreachable_by_float_noise(reports: Tensor, x_prime: float) -> Tensor:
+    """For each report y (a float tensor) of a mechanism that adds noise in floating point (y = fl(x + s)), whether
+    **no** noise value s of y's dtype gives fl(x' + s) = y: such a report proves the input was not x', whatever the
+    generator can draw. (fl(x' + s) is monotone in s, so the s nearest to y - x' and its two neighbours on each side
+    decide it.) The share of such reports among a mechanism's samples is a lower bound on P[one report rules x' out]."""
+    if not isinstance(reports, Tensor) or not reports.dtype.is_floating_point:
+        raise ValueError("reports must be a floating-point tensor")
+    y = reports.detach()
+    base = (y.double() - float(x_prime)).to(y.dtype)  # nearest noise value in y's dtype
+    xp = torch.tensor(float(x_prime), dtype=y.dtype)
+    reach = torch.zeros_like(y, dtype=torch.bool)
+    up, down = base.clone(), base.clone()
+    for _ in range(3):
+        reach |= (xp + up) == y
+        reach |= (xp + down) == y
+        up = torch.nextafter(up, torch.full_like(up, math.inf))
+        down = torch.nextafter(down, torch.full_like(down, -math.inf))
+    return ~reach

@@ -202,3 +202,21 @@ def test_an_epsilon_too_small_for_the_uniforms_is_refused_with_its_name():
         with pytest.raises(ValueError, match=r"epsilon=1e-09 is too small"):
             cls(epsilon=1e-9)
     assert Laplace(epsilon=0.01).design.epsilon_design <= 0.01  # still possible: a coarse law
+
+
+def test_the_float_noise_lower_bound_and_the_gaussian_it_measures():
+    """unreachable_by_float_noise: a report no float noise value could turn x' into. On the textbook Laplace sampler it
+    finds a share below the exhaustive one (0.795 at eps = 1) but far above zero; on the package's Gaussian, whose noise
+    is float too (its docstring says so), at least 5 % at (eps, delta) = (1, 1e-5), where delta = 1e-5 bounds the
+    probability of any such certain distinction: its guarantee is the ideal mechanism's only."""
+    from ldptut.attacks import unreachable_by_float_noise
+    from ldptut.mechanisms import Gaussian
+
+    u = torch.arange(0, 1 << 24, 16, dtype=torch.float64) * 2.0 ** -24
+    share = float(unreachable_by_float_noise(textbook_laplace(torch.zeros(u.numel()), u, epsilon=1.0), 1.0).double().mean())
+    assert 0.2 < share <= 0.7953
+    y = Gaussian(epsilon=1.0, delta=1e-5).privatize(torch.zeros(1_000_000), generator(0, "gauss"))
+    assert float(unreachable_by_float_noise(y, 1.0).double().mean()) > 0.05
+    exact = torch.tensor([1.0 + 2.0 ** -23, 0.25], dtype=torch.float32)  # 1 + one float32 step: reachable from 1
+    assert unreachable_by_float_noise(exact, 1.0).tolist() == [False, False]
+    assert unreachable_by_float_noise(torch.tensor([1e-9], dtype=torch.float32), 1.0).tolist() == [True]
