@@ -158,8 +158,9 @@ class LayerScaledPiecewise:
 
 def scaled_variance(w: Any, *, epsilon: float, scale: float) -> torch.Tensor:
     """Theorem 1 / Eq. 6: the variance of t * PM(w / t), w^2 / (e^{ε/2} - 1) + t^2 (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)^2),
-    = t^2 Var_PM(w / t) (float64)."""
-    return Piecewise(epsilon=epsilon, radius=float(scale)).variance(torch.as_tensor(w, dtype=torch.float64))
+    = t^2 Var_PM(w / t) of the ideal (real-valued) PM (float64). The package's PM reports on a grid whose variance is
+    :meth:`~ldptut.mechanisms.Piecewise.variance` (0.2 % above this at ε = 8)."""
+    return Piecewise(epsilon=epsilon, radius=float(scale)).ideal_variance(torch.as_tensor(w, dtype=torch.float64))
 
 
 def composed_epsilon(*, d: int, epsilon: float, rounds: int = 1) -> float:
