@@ -295,9 +295,9 @@ def piecewise_scale_leak(
     flattened; sizes may differ). Returns a ``pandas.DataFrame``, one row per client, columns
     client, n, true_scale (the t used: max θ, or the public bound), true_max_abs (max|θ|),
     recovered_scale (t̂), rel_error (1 - t̂ / |t|, in [0, 1); at most
-    :func:`piecewise_scale_tolerance` (n, ε, δ) with probability >= 1 - δ), clipped, and leaked
-    (the scale the server recovers was computed from the client's weights: True for every client
-    with ``public_bound=None``, False with a public bound, where t̂ estimates the public value).
+    :func:`piecewise_scale_tolerance` (n, ε, δ) with probability >= 1 - δ), clipped, and max_error
+    (measured: |t̂ - max θ| / |max θ|, how far the server's t̂ is from the client's own largest weight;
+    near 0 when Algorithm 2 scales by it, the public bound's distance from it otherwise).
     """
     import pandas as pd
 
@@ -312,7 +312,7 @@ def piecewise_scale_leak(
         rows = list(weights_per_client)
     else:
         raise ValueError(f"weights_per_client must be a (m, n) tensor or a non-empty list of tensors, got {type(weights_per_client).__name__}")
-    out = {k: [] for k in ("client", "n", "true_scale", "true_max_abs", "recovered_scale", "rel_error", "clipped", "leaked")}
+    out = {k: [] for k in ("client", "n", "true_scale", "true_max_abs", "recovered_scale", "rel_error", "clipped", "max_error")}
     for i, w in enumerate(rows):
         if not isinstance(w, Tensor):
             raise ValueError(f"weights_per_client[{i}] must be a torch.Tensor, got {type(w).__name__}")
@@ -330,7 +330,8 @@ def piecewise_scale_leak(
         out["recovered_scale"].append(t_hat)
         out["rel_error"].append(1.0 - t_hat / abs(t))
         out["clipped"].append(int(((v < -1.0) | (v > 1.0)).sum()))
-        out["leaked"].append(public_bound is None)
+        own = float(w.max())
+        out["max_error"].append(abs(t_hat - own) / abs(own) if own != 0.0 else math.inf)
     return pd.DataFrame(out)
 
 

@@ -154,6 +154,7 @@ def test_outside_unit_share_and_composition():
     w = torch.tensor([0.5, -1.0, 0.2, -0.4])    # max 0.5: -1.0 / 0.5 = -2 is outside [-1, 1]
     t = P.outside_unit_share([w])
     assert t["outside [-1, 1] (%)"].iloc[0] == pytest.approx(25.0)
+    assert t["outside [-1, 1]"].iloc[0] == 1
     assert P.composed_epsilon(d=531_400, epsilon=8.0) == 4_251_200.0
     assert P.composed_epsilon(d=10, epsilon=1.0, rounds=50) == 500.0
 

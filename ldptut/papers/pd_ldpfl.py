@@ -169,14 +169,16 @@ def composed_epsilon(*, d: int, epsilon: float, rounds: int = 1) -> float:
 
 
 def outside_unit_share(weights: Iterable[torch.Tensor]) -> pd.DataFrame:
-    """Claim check 4: per tensor, the share of w / max(w) outside [-1, 1] (the weights below -max(w)), which
-    PM then clips; with max|w| the share is 0."""
+    """Claim check 4: per tensor, how many of w / max(w) lie outside [-1, 1] (the weights below -max(w)), which
+    PM then clips (``outside [-1, 1]``, an exact count, and its share in %); with max|w| there are none."""
     rows = []
     for i, w in enumerate(weights):
         w = w.detach().flatten().double()
         t = w.max()
+        n = int((w / t < -1).sum()) if t > 0 else -1
         rows.append({"tensor": i, "weights": w.numel(), "max(w)": float(t), "max|w|": float(w.abs().max()),
-                     "outside [-1, 1] (%)": 100 * float((w / t < -1).double().mean()) if t > 0 else math.nan})
+                     "outside [-1, 1]": n if t > 0 else math.nan,
+                     "outside [-1, 1] (%)": 100 * n / w.numel() if t > 0 else math.nan})
     return pd.DataFrame(rows)
 
 
