@@ -494,7 +494,16 @@ def test_two_stage_epsilon_pe_exceeds_its_claim_ps_and_exp_do_not():
             else:
                 assert t["per report, true"] == pytest.approx(t["per report, claimed"], abs=1e-9)
     flat = F.two_stage_epsilon(_run(selection="random", perturbation="pm", epsilon=2.0), d)
-    assert flat["per report, true"] == pytest.approx(2.0) and flat["ε1"] == 0.0
+    assert flat["per report, true"] == pytest.approx(2.0) and flat["ε1"] == 0.0 and flat["private"]
+
+
+@pytest.mark.parametrize("sel", ["exp", "pe", "ps"])
+def test_selection_only_runs_send_the_value_in_clear_so_their_loss_is_unbounded(sel):
+    # Fig. 2's selection-only runs: all of ε' selects, the selected raw value is sent unperturbed
+    run = _run(selection=sel, perturbation=None, epsilon=2.0, epochs=2)
+    t = F.two_stage_epsilon(run, 100)
+    assert t["ε1"] == pytest.approx(1.0) and t["ε2"] == 0.0 and t["per report, claimed"] == pytest.approx(1.0)  # ε / E
+    assert t["per report, true"] == math.inf and t["per user (E reports), true"] == math.inf and not t["private"]
     table = F.pe_privacy_table(ds=[20, 100], k_fractions=[0.1], epsilons=[0.5, 1.0])
     assert len(table) == 4 and bool((table["PE / ε1"] > 1).all())
     assert (table["PS true loss"] - table["ε1 (claimed)"]).abs().max() < 1e-9

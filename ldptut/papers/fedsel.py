@@ -451,7 +451,12 @@ def pe_privacy_table(*, ds: Sequence[int], k_fractions: Sequence[float] = (0.1,)
 
 def two_stage_epsilon(run: FedSelRun, d: int) -> dict[str, float]:
     """One report's budget as claimed (ε1 + ε2) and as it truly is (the selection's exact loss + ε2), and the
-    composed figure per user over the training (E reports)."""
+    composed figure per user over the training (E reports).
+
+    A run without value perturbation (``perturbation=None``: the selection-only runs of Fig. 2 and the "PE" row of
+    the budget table) sends the selected coordinate's raw value, unclipped: one report already tells the value, so
+    its true loss is unbounded (``inf``), whatever the selection's ε1; ``private`` says whether the report is LDP at
+    all."""
     e1, e2 = run.budgets
     k = max(1, round(run.k_fraction * d))
     true_sel = 0.0
@@ -460,9 +465,11 @@ def two_stage_epsilon(run: FedSelRun, d: int) -> dict[str, float]:
                "ps": lambda: PerturbedSampling(epsilon=e1, k=k)}[run.selection]()
         true_sel = sel.privacy_loss(d)
     claimed = (e1 or 0.0) + (e2 or 0.0)
-    true = true_sel + (e2 or 0.0)
+    private = run.perturbation is not None
+    true = true_sel + (e2 or 0.0) if private else math.inf   # the raw value is sent in clear
     return {"ε1": e1 or 0.0, "ε2": e2 or 0.0, "per report, claimed": claimed, "per report, true": true,
-            "per user (E reports), claimed": claimed * run.epochs, "per user (E reports), true": true * run.epochs}
+            "per user (E reports), claimed": claimed * run.epochs, "per user (E reports), true": true * run.epochs,
+            "private": private}
 
 
 def selection_seconds(d: int, *, users: int = 1000, repeats: int = 5, epsilon: float = 1.0, k_fraction: float = 0.1,
