@@ -356,3 +356,41 @@ def test_diverged_and_validation_runs_are_reported_apart():
     # λ = 0.2, then the plain mean
     assert rows["ours (%)"].tolist() == ["85.0 (1 seed)", "80.0 (1 seed); 1 of 2 diverged (round 7)"]
     assert "λ = 0.2" in rows["settings"].iloc[0] and "plain mean" in rows["settings"].iloc[1]
+
+
+# ---- each client's own report, audited from the pair's joint law and from the sampler (not the inherited law) ----
+@pytest.mark.parametrize("eps", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("num_rand", [0, 1, 5, 12])
+def test_own_report_epsilon_from_the_joint_law_is_epsilon(eps, num_rand):
+    mech = CorrelatedTwoPoint(epsilon=eps, num_rand=num_rand)
+    x = torch.linspace(-1, 1, 101, dtype=torch.float64)
+    got = corbin.own_report_epsilon(mech, x, [-1.0, -0.3, 0.0, 0.7, 1.0])
+    assert got["leader"] == pytest.approx(eps, rel=1e-9) and got["follower"] == pytest.approx(eps, rel=1e-9)
+
+
+def test_binary_report_epsilon_catches_the_draft_and_the_authors_code():
+    x = torch.linspace(-1, 1, 201, dtype=torch.float64)
+    assert corbin.binary_report_epsilon(TwoPoint(epsilon=1.0).prob_plus(x)) == pytest.approx(1.0, rel=1e-12)
+    draft = CorrelatedTwoPoint(epsilon=1.0, num_rand=5).draft_marginal(x)      # misses the marginal by one cell
+    assert corbin.binary_report_epsilon(draft) > 1.05
+    assert corbin.binary_report_epsilon(corbin.authors_code_marginal(x, epsilon=5.0, num_rand=5)) == math.inf
+    assert corbin.binary_report_epsilon(corbin.authors_code_marginal(x, epsilon=3.0, num_rand=5)) == pytest.approx(3.0)
+
+
+class _TopCellAlwaysUp(CorrelatedTwoPoint):
+    """A faulty sampler: the leader at the top of the range always reports the upper point (as the authors' code)."""
+
+    def privatize_pairs(self, leader, follower, *, shared=None, local=None):
+        ol, of = super().privatize_pairs(leader, follower, shared=shared, local=local)
+        top = leader >= self.center + self.radius
+        return torch.where(top, torch.full_like(ol, self.center + self.radius * self.a), ol), of
+
+
+def test_sampled_own_report_epsilon_stays_below_epsilon_and_catches_a_faulty_sampler():
+    kw = dict(n=100_000, partners=[-1.0, 0.0, 1.0])
+    good = corbin.sampled_own_report_epsilon(CorrelatedTwoPoint(epsilon=1.0, num_rand=5),
+                                             shared=generator(3, "s"), local=generator(3, "l"), **kw)
+    assert good["lower bound"] <= 1.0 and abs(good["estimate"] - 1.0) < 0.05
+    bad = corbin.sampled_own_report_epsilon(_TopCellAlwaysUp(epsilon=1.0, num_rand=5),
+                                            shared=generator(3, "s"), local=generator(3, "l"), **kw)
+    assert bad["lower bound"] > 5.0

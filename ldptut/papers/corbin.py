@@ -34,6 +34,7 @@ from ..rng import generator
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
+           "binary_report_epsilon", "own_report_epsilon", "sampled_own_report_epsilon",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
            "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
            "tuning_runs", "smoothed_runs", "PARAMETERS", "grid", "outcome", "compare"]
@@ -219,6 +220,63 @@ def authors_code_marginal(x: Any, *, epsilon: float, num_rand: int = 5, center: 
     k_used = torch.where(k == n - 1, torch.full_like(k, n - 2), k)
     inside = torch.clamp((p - k_used / n) * n, 0.0, 1.0)
     return k / n + inside / n
+
+
+def binary_report_epsilon(p_plus: Any) -> float:
+    """The exact ε of a two-valued report whose probability of the upper value is ``p_plus`` over a set of inputs:
+    max(ln(max p / min p), ln(max (1 - p) / min (1 - p))) (``inf`` when either report is impossible for some
+    input and possible for another)."""
+    p = torch.as_tensor(p_plus, dtype=torch.float64).flatten()
+    out = 0.0
+    for q in (p, 1.0 - p):
+        hi, lo = float(q.max()), float(q.min())
+        if hi > 0.0:
+            out = max(out, math.inf if lo <= 0.0 else math.log(hi / lo))
+    return out
+
+
+def own_report_epsilon(mechanism: CorrelatedTwoPoint, x: Any, partners: Sequence[float]) -> dict[str, float]:
+    """The exact ε of each client's **own** report, read off the pair's joint law
+    (:meth:`~ldptut.mechanisms.CorrelatedTwoPoint.joint_distribution`, not the inherited two-point law): for the
+    leader, its marginal P[report up | x, x_partner] over every x in ``x`` and every partner input (the partner's
+    input may change the marginal of a faulty coupling, so it ranges too); likewise for the follower.
+    :func:`binary_report_epsilon` of each; a coupling whose marginal is not the two-point law shows here."""
+    x = torch.as_tensor(x, dtype=torch.float64).flatten()
+    lead, follow = [], []
+    for xp in partners:
+        _, probs = mechanism.joint_distribution(x, torch.full_like(x, float(xp)))
+        lead.append(probs[..., 1, :].sum(-1))
+        _, probs = mechanism.joint_distribution(torch.full_like(x, float(xp)), x)
+        follow.append(probs[..., :, 1].sum(-1))
+    return {"leader": binary_report_epsilon(torch.cat(lead)), "follower": binary_report_epsilon(torch.cat(follow))}
+
+
+def sampled_own_report_epsilon(mechanism: CorrelatedTwoPoint, *, n: int, partners: Sequence[float],
+                               shared: torch.Generator, local: torch.Generator,
+                               alpha: float = 1e-3) -> dict[str, float]:
+    """What the sampler's own reports show: ``n`` pairs per partner input with the leader at each end of the range
+    (c - r, c + r); Clopper-Pearson bounds (level ``alpha`` each side) on P[up] and P[down] at both ends give a
+    one-sided lower bound on the leader's ε, ln(lower(P(e | c + r)) / upper(P(e | c - r))) maximised over the
+    report e and the partners, and the point estimate (frequencies). For an ε-LDP sampler the lower bound stays
+    below ε (with probability >= 1 - 2 alpha per comparison), and the estimate approaches ε as n grows."""
+    from ..audits import binomial_confidence_bounds
+
+    n = pos_int(n, "n")
+    c, r = float(mechanism.center), float(mechanism.radius)
+    ends = torch.tensor([c - r, c + r], dtype=torch.float64)
+    lower, point = 0.0, 0.0
+    for xp in partners:
+        xl = ends.repeat(n, 1)
+        ol, _ = mechanism.privatize_pairs(xl, torch.full_like(xl, float(xp)), shared=shared, local=local)
+        k_up = (ol > c).sum(0).to(torch.float64)                          # (2,): counts at c - r and c + r
+        for k in (k_up, n - k_up):                                        # the upper report, then the lower one
+            lo, hi, _ = binomial_confidence_bounds(k, n, alpha)
+            for a, b in ((1, 0), (0, 1)):
+                if float(lo[a]) > 0.0 and float(hi[b]) > 0.0:
+                    lower = max(lower, math.log(float(lo[a]) / float(hi[b])))
+            if float(k.min()) > 0.0:
+                point = max(point, abs(math.log(float(k[1]) / float(k[0]))))
+    return {"lower bound": lower, "estimate": point}
 
 
 # ------------------------------------------------------------------------------------ server rule
