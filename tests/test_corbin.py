@@ -394,3 +394,18 @@ def test_sampled_own_report_epsilon_stays_below_epsilon_and_catches_a_faulty_sam
     bad = corbin.sampled_own_report_epsilon(_TopCellAlwaysUp(epsilon=1.0, num_rand=5),
                                             shared=generator(3, "s"), local=generator(3, "l"), **kw)
     assert bad["lower bound"] > 5.0
+
+
+def test_a_colluding_partner_who_knows_the_shared_index_sees_more_than_the_joint_reports():
+    # NumRand = 0: the index says nothing, the view is the leader's own report: exactly ε, δ = 0 at ε
+    free = corbin.colluding_view_loss(CorrelatedTwoPoint(epsilon=1.0, num_rand=0), grid=101)
+    assert free["max privacy loss"] == pytest.approx(1.0, rel=1e-9) and free["δ at ε"] == pytest.approx(0.0, abs=1e-12)
+    # many bits: K pins the leader's uniform point, so the view nearly tells whether U < P_L: δ -> P_L(1) - P_L(-1)
+    fine = corbin.colluding_view_loss(CorrelatedTwoPoint(epsilon=1.0, num_rand=12), grid=101)
+    t = TwoPoint(epsilon=1.0)
+    gap = float(t.prob_plus(torch.tensor(1.0)) - t.prob_plus(torch.tensor(-1.0)))
+    assert fine["max privacy loss"] == math.inf and fine["δ at ε"] == pytest.approx(gap, abs=2e-3)
+    # at the chapter's NumRand = 5 it exceeds the joint view's worst δ over partner inputs (the partner knows more)
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=5)
+    joint = max(corbin.joint_view_loss(mech, xp, grid=101)["δ at ε"] for xp in (-1.0, -0.5, 0.0, 0.5, 1.0))
+    assert corbin.colluding_view_loss(mech, grid=101)["δ at ε"] >= joint - 1e-12

@@ -34,7 +34,7 @@ from ..rng import generator
 from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
-           "binary_report_epsilon", "own_report_epsilon", "sampled_own_report_epsilon",
+           "binary_report_epsilon", "own_report_epsilon", "sampled_own_report_epsilon", "colluding_view_loss",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
            "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
            "tuning_runs", "smoothed_runs", "PARAMETERS", "grid", "outcome", "compare"]
@@ -204,6 +204,27 @@ def joint_view_table(epsilon: float, *, partners: Sequence[float] = (-1.0, -0.5,
         for xp in partners:
             rows.append({"NumRand": nr, "partner's input": xp, **joint_view_loss(mech, xp, grid=grid)})
     return pd.DataFrame(rows)
+
+
+def colluding_view_loss(mechanism: CorrelatedTwoPoint, *, grid: int = 201) -> dict[str, float]:
+    """The leader's privacy loss against a **colluding partner**, who knows the pair's shared codebook index K as
+    well as its own input and report. Given K the partner's report depends only on K, its input and its own coin,
+    so the view is (K, leader's report), with P[K = k, up | x] = clamp(P_L(x) - F[k], 0, F[k+1] - F[k]) (the
+    leader reports up iff its uniform point U < P_L, K the cell of U) and P[K = k, down | x] = F[k+1] - F[k] minus
+    that; the partner's input does not enter. Over a grid of the leader's inputs: the largest log-ratio of an
+    outcome's probabilities (inf when an outcome is impossible for one input and not another) and the δ at the
+    mechanism's ε, max over w, w' of Σ_o max(0, P[o | w] - e^ε P[o | w'])."""
+    c, r = float(mechanism.center), float(mechanism.radius)
+    x = torch.linspace(c - r, c + r, pos_int(grid, "grid"), dtype=torch.float64)
+    p_up = mechanism.prob_plus(x)[:, None]                               # (inputs, 1)
+    lo, width = mechanism.cdf[:-1][None, :], torch.diff(mechanism.cdf)[None, :]
+    up = torch.minimum(torch.clamp(p_up - lo, min=0.0), width)
+    probs = torch.cat([up, width - up], dim=1)                           # (inputs, 2 * 2^NumRand)
+    delta = float(torch.clamp(probs[:, None, :] - math.exp(mechanism.epsilon) * probs[None, :, :], min=0).sum(-1).max())
+    hi, low = probs.amax(0), probs.amin(0)
+    seen = hi > 0
+    loss = math.inf if bool((low[seen] <= 0).any()) else float(torch.log(hi[seen] / low[seen]).max())
+    return {"max privacy loss": loss, "δ at ε": delta}
 
 
 def authors_code_marginal(x: Any, *, epsilon: float, num_rand: int = 5, center: float = 0.0,
