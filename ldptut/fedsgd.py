@@ -116,6 +116,15 @@ class TopOne:
         return d - 1 - v.abs().flip(-1).argmax(-1)  # argmax returns the first maximum: the last one of v
 
 
+class UniformIndex:
+    """A data-independent selector: one coordinate uniformly at random (no privacy cost). Inside
+    :class:`SelectedCoordinate` it is the control for FedSel's selections: the same two-stage report (value not
+    rescaled by d, accumulator kept), with an index that carries no information about the gradient."""
+
+    def select(self, v: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+        return torch.randint(v.shape[-1], v.shape[:-1], generator=generator, device=v.device)
+
+
 @dataclass(frozen=True)
 class FullGradient:
     """NP: every user sends its whole vector s in clear; the server's mean is exact."""

@@ -568,24 +568,26 @@ def test_reported_is_table_3_and_compare_without_runs_says_not_run():
 def test_gains_losses_and_compare_from_real_runs():
     """Three tiny syn-L runs (2-fold, one repetition, 60,000 one-record users, 100 iterations): PM, PS-PM and
     PS-PM-C at eps = 2; gain and loss are the differences of their final accuracies in points."""
-    grid = F.configs(datasets=["syn_l"], models=["logistic"], epsilons=[2.0], methods=["PM", "PS-PM", "PS-PM-C"],
-                     folds=2, repeats=1)
+    grid = F.configs(datasets=["syn_l"], models=["logistic"], epsilons=[2.0],
+                     methods=["PM", "U-PM", "PS-PM", "PS-PM-C"], folds=2, repeats=1)
     runner = Runner(RunCache(None, train=True), progress=False)
     runner.record_all([("table 3", c) for _, c in grid])
     table = runner.table("table 3")
-    assert len(table) == 3 and table["accuracy"].between(0, 100).all()
+    assert len(table) == 4 and table["accuracy"].between(0, 100).all()
     acc = {c.method: a for c, a in zip(table["config"], table["accuracy"])}
     gl = F.gains_losses(table)
     assert len(gl) == 3 and list(gl["selection"]) == ["EXP", "PE", "PS"]
     ps = gl[gl["selection"] == "PS"].iloc[0]
     assert ps["gain"] == pytest.approx(acc["PS-PM-C"] - acc["PM"], abs=1e-12)
     assert ps["loss"] == pytest.approx(acc["PS-PM-C"] - acc["PS-PM"], abs=1e-12)
-    assert gl[gl["selection"] != "PS"][["gain", "loss"]].isna().all().all()  # EXP / PE: not run
+    assert ps["gain over control"] == pytest.approx(acc["PS-PM-C"] - acc["U-PM"], abs=1e-12)
+    assert gl[gl["selection"] != "PS"][["gain", "loss", "gain over control"]].isna().all().all()  # EXP / PE: not run
     assert F.gains_losses(table, epsilon=1.0)[["gain", "loss"]].isna().all().all()  # other eps: nothing
     cmp = F.compare(table)
     assert len(cmp) == 24
     row = cmp[(cmp["data set"] == "syn-L-0.01-0.9") & (cmp["model"] == "logistic") & (cmp["selection"] == "PS")].iloc[0]
     assert row["gain, ours"] == f"{ps['gain']:+.2f}" and row["loss, ours"] == f"{ps['loss']:+.2f}"
+    assert row["gain over U-PM, ours"] == f"{ps['gain over control']:+.2f}"
     assert row["ours: runs"] == "1 x 2-fold"
     others = cmp.drop(index=row.name)
     assert set(others["gain, ours"]) == {"not run"} and set(others["loss, ours"]) == {"not run"}
@@ -620,3 +622,23 @@ def test_prepare_bank(monkeypatch):
     assert bool(((scale == 1.0) | (scale == 0.0)).all())  # each column divided by its largest |value|
     with pytest.raises(ValueError, match="dataset"):
         F.prepare("bank2")
+
+
+def test_the_uniform_index_control_is_the_two_stage_report_with_a_random_index():
+    run = F.method_run("U-PM", base=_run(), epsilon=2.0)
+    assert run.method == "U-PM" and run.budgets == (None, 2.0)            # no selection budget: all of ε' on the value
+    t = F.two_stage_epsilon(run, 100)
+    assert t["per report, true"] == pytest.approx(2.0) and t["private"]
+    rep = run.reporter(100)
+    assert isinstance(rep, fedsgd.SelectedCoordinate) and isinstance(rep.selector, fedsgd.UniformIndex)
+    assert rep.keeps_residual                                              # like FedSel's selections, unlike PM
+    # the index ignores the data and is uniform; the value is the selected coordinate's, not rescaled by d
+    v = torch.zeros(200_000, 5)
+    v[:, 0] = 100.0
+    j = fedsgd.UniformIndex().select(v, generator(0, "u"))
+    counts = torch.bincount(j, minlength=5).double() / j.numel()
+    assert (counts - 0.2).abs().max() < 0.005
+    s = torch.full((4, 3, 10), 0.5)
+    mean, jj = fedsgd.SelectedCoordinate(fedsgd.UniformIndex()).report(s, s, generator(1, "u"))
+    assert float(mean.sum(-1).max()) == pytest.approx(0.5)                 # one unscaled value per user, averaged
+    assert float(fedsgd.RandomCoordinate().report(s, s, generator(1, "u"))[0].sum(-1).max()) == pytest.approx(5.0)

@@ -133,7 +133,7 @@ def prepare(name: str, *, seed: int = 0, device: Any = "cpu") -> tuple[torch.Ten
 
 
 # ------------------------------------------------------------------------------------ runs
-SELECTIONS = ("full", "random", "top", "exp", "pe", "ps", "projection")
+SELECTIONS = ("full", "random", "top", "exp", "pe", "ps", "projection", "uniform")
 PERTURBATIONS = {"pm": Piecewise, "hm": Hybrid, "duchi": TwoPoint}
 
 
@@ -144,7 +144,8 @@ class FedSelRun(RunConfig):
     max over the R runs of the test accuracy.
 
     ``selection``: "full" (NP), "random" (RS / the flat solutions), "top" (NP-K, top-1), "exp" / "pe" / "ps"
-    (FedSel), "projection" (the compressed solution); ``perturbation``: "pm" / "hm" / "duchi" or None (in
+    (FedSel), "projection" (the compressed solution), "uniform" (the control "U-PM": FedSel's two-stage report
+    with a uniformly random index, value not rescaled by d, the whole ε' on the value); ``perturbation``: "pm" / "hm" / "duchi" or None (in
     clear). ``epsilon``: per user over the training (:data:`EPSILON_UNIT`); ``control``: the "-C" groups (the
     value gets all of ε', the selection ε1 on top); ``accumulate``: "g" or "alpha_g" (the "-O" variant).
     ``n_clients`` is the number of records (users) of the data set; ``rounds`` the iterations per epoch.
@@ -232,6 +233,8 @@ class FedSelRun(RunConfig):
             return ({"random": "NP-RS", "top": "NP-K"}[self.selection] if not pert else pert) + o
         if self.selection == "projection":
             return f"{pert}-RP" + o
+        if self.selection == "uniform":
+            return ("U-" + pert if pert else "U") + o
         name = self.selection.upper() + (f"-{pert}" if pert else "")
         return name + ("-C" if self.control else "") + o
 
@@ -257,7 +260,7 @@ class FedSelRun(RunConfig):
             q = max(1, round(self.compression_ratio * d))
             phi = fedsgd.projection_matrix(d, q, generator(self.seed, "fedsel-projection"), device=device)
             return fedsgd.ProjectedCoordinate(phi, pert)
-        selector = {"top": lambda: fedsgd.TopOne(),
+        selector = {"top": lambda: fedsgd.TopOne(), "uniform": lambda: fedsgd.UniformIndex(),
                     "exp": lambda: ExponentialSelection(epsilon=e1),
                     "pe": lambda: PerturbedEncoding(epsilon=e1, k=k),
                     "ps": lambda: PerturbedSampling(epsilon=e1, k=k)}[self.selection]()
@@ -298,6 +301,7 @@ METHODS = {
        for s in ("exp", "pe", "ps") for p in PERTURBATIONS for c in ("", "-C")},
     **{f"{s.upper()}-PM-O": (s, "pm", False, "alpha_g") for s in ("exp", "pe", "ps")},
     "PM-RP": ("projection", "pm", False, "g"),
+    "U-PM": ("uniform", "pm", False, "g"),
 }
 
 
@@ -334,7 +338,7 @@ def configs(*, datasets: Sequence[str], models: Sequence[str], epsilons: Iterabl
 
 # ------------------------------------------------------------------------------------ the chapter's grid
 #: Table 3's methods (the columns of the paper's table).
-TABLE3_METHODS = ["NP", "PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-C", "PE-PM-C", "PS-PM-C"]
+TABLE3_METHODS = ["NP", "PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-C", "PE-PM-C", "PS-PM-C"]
 #: Fig. 2: the selections alone (ε1 = ε), the runs in clear, the flat and two-stage pairs, and the rest of its panels.
 SELECTION_ONLY = ["EXP", "PE", "PS"]
 IN_CLEAR = ["NP", "NP-RS", "NP-K"]
@@ -521,23 +525,30 @@ def _acc(runs: pd.DataFrame, ds: str, model: str, method: str, eps: float) -> Op
 def gains_losses(runs: pd.DataFrame, *, epsilon: float = 2.0, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
     """Table 3 from runs (a Runner table or ``runcache.load_runs``) at ``lr`` and ``mu`` (:func:`table3_runs`):
     for each (data set, model) and X in EXP / PE / PS, gain = acc(X-PM-C) - acc(PM) and
-    loss = acc(X-PM-C) - acc(X-PM), in points, at ``epsilon``."""
+    loss = acc(X-PM-C) - acc(X-PM), in points, at ``epsilon``; and the gain over the control,
+    acc(X-PM-C) - acc(U-PM): the same two-stage report (not rescaled by d, accumulator kept, the whole ε' on the
+    value) with a uniformly random index, so what is left is what the private selection itself adds (None where
+    the control was not run)."""
     runs = table3_runs(runs, lr=lr, mu=mu)
     rows = []
     for (ds, model), _ in runs.groupby(["dataset", "model"], sort=False):
+        control = _acc(runs, ds, model, "U-PM", epsilon)
         for sel in ("EXP", "PE", "PS"):
             c, flat, two = (_acc(runs, ds, model, m, epsilon) for m in (f"{sel}-PM-C", "PM", f"{sel}-PM"))
             rows.append({"dataset": ds, "model": model, "selection": sel,
                          "gain": None if c is None or flat is None else c - flat,
-                         "loss": None if c is None or two is None else c - two})
+                         "loss": None if c is None or two is None else c - two,
+                         "gain over control": None if c is None or control is None else c - control})
     return pd.DataFrame(rows)
 
 
 def compare(runs: pd.DataFrame, *, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
     """Table 3 (paper) beside ours (:func:`gains_losses` at ε = 2 per user, one epoch, ``lr``, ``mu``), one row per
-    data set, model and selection; "not run" where we have no runs."""
+    data set, model and selection, with our gain over the uniform-index control U-PM (the paper has none); "not
+    run" where we have no runs."""
     runs = table3_runs(runs, lr=lr, mu=mu)
-    ours = gains_losses(runs, lr=lr, mu=mu) if len(runs) else pd.DataFrame(columns=["dataset", "model", "selection", "gain", "loss"])
+    ours = gains_losses(runs, lr=lr, mu=mu) if len(runs) else pd.DataFrame(
+        columns=["dataset", "model", "selection", "gain", "loss", "gain over control"])
     rows = []
     for ds, model, *vals in _TABLE3:
         for i, sel in enumerate(("EXP", "PE", "PS")):
@@ -550,6 +561,7 @@ def compare(runs: pd.DataFrame, *, lr: float = LR, mu: float = 0.1) -> pd.DataFr
             rows.append({"data set": DATASETS[ds]["label"], "model": model, "selection": sel,
                          "gain, paper": vals[2 * i], "gain, ours": fmt(None if o.empty else o["gain"].iloc[0]),
                          "loss, paper": vals[2 * i + 1], "loss, ours": fmt(None if o.empty else o["loss"].iloc[0]),
+                         "gain over U-PM, ours": fmt(None if o.empty else o["gain over control"].iloc[0]),
                          "ours: runs": n})
     return pd.DataFrame(rows)
 
