@@ -94,7 +94,7 @@ def _fedsel_notebook_runs(p):
 
     common = dict(folds=p["folds"], repeats=p["repeats"], eta=p["eta"])
     curve, first = [p["curve_dataset"]], p["models"][:1]
-    t3 = ["NP", "PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-C", "PE-PM-C", "PS-PM-C"]
+    t3 = ["NP", "PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-C", "PE-PM-C", "PS-PM-C"]
     sel, clear = ["EXP", "PE", "PS"], ["NP", "NP-RS", "NP-K"]
     f2 = sel + clear + ["PM", "PS-PM", "HM", "PS-HM", "Duchi", "PS-Duchi"] + ["EXP-PM", "PE-PM", "PM-RP"]
     acc = ["PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-O", "PE-PM-O", "PS-PM-O"]
