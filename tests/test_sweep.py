@@ -125,8 +125,8 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
         g = sweep.chapter_grid("fedsel", p)
         assert _keys(g) == _keys(_fedsel_notebook_runs(p)) and [e for e, _ in g] == [e for e, _ in _fedsel_notebook_runs(p)]
         count = {e: [x for x, _ in g].count(e) for e in F.GRID_PARTS}
-        assert count == {"table 3": 64, "fig 2": 102, "convergence": 6, "fig 3a": 28, "fig 3b": 24, "lr": 20}
-        assert len(set(_keys(g))) == 221   # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2)
+        assert count == {"table 3": 72, "fig 2": 102, "convergence": 6, "fig 3a": 28, "fig 3b": 24, "lr": 20}
+        assert len(set(_keys(g))) == 229   # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2)
     assert {c.repeats for _, c in g} == {10}
     assert _keys(F.grid(p, parts=["lr"])) == _keys([x for x in g if x[0] == "lr"])
     with pytest.raises(ValueError, match="unknown parts"):
