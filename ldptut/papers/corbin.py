@@ -177,6 +177,12 @@ class _JointView:
         return torch.arange(4, dtype=torch.float64).expand_as(p), p
 
 
+def _delta_at(p: torch.Tensor, epsilon: float) -> float:
+    """δ at ε of a finite law given per input: max over inputs w, w' of Σ_o max(0, P[o | w] - e^ε P[o | w']),
+    ``p`` of shape (inputs, outcomes)."""
+    return float(torch.clamp(p[:, None, :] - math.exp(epsilon) * p[None, :, :], min=0).sum(-1).max())
+
+
 def joint_view_loss(mechanism: CorrelatedTwoPoint, x_partner: float, *, grid: int = 201,
                     role: str = "leader") -> dict[str, float]:
     """Privacy loss of one client when the server sees both reports of its pair and knows the partner's
@@ -188,7 +194,7 @@ def joint_view_loss(mechanism: CorrelatedTwoPoint, x_partner: float, *, grid: in
     audit = exact_ldp_audit(_JointView(mechanism, x_partner, role),
                             torch.linspace(c - r, c + r, grid, dtype=torch.float64))
     p = audit.details["probabilities"]                      # (inputs, outcomes)
-    delta = float(torch.clamp(p[:, None, :] - math.exp(mechanism.epsilon) * p[None, :, :], min=0).sum(-1).max())
+    delta = _delta_at(p, mechanism.epsilon)
     impossible = ((p <= 0) & (p.amax(0, keepdim=True) > 0)).any(-1)
     return {"max privacy loss": audit.epsilon_observed, "inputs with an impossible joint outcome (%)":
             100.0 * float(impossible.double().mean()), "δ at ε": delta}
@@ -220,7 +226,7 @@ def colluding_view_loss(mechanism: CorrelatedTwoPoint, *, grid: int = 201) -> di
     lo, width = mechanism.cdf[:-1][None, :], torch.diff(mechanism.cdf)[None, :]
     up = torch.minimum(torch.clamp(p_up - lo, min=0.0), width)
     probs = torch.cat([up, width - up], dim=1)                           # (inputs, 2 * 2^NumRand)
-    delta = float(torch.clamp(probs[:, None, :] - math.exp(mechanism.epsilon) * probs[None, :, :], min=0).sum(-1).max())
+    delta = _delta_at(probs, mechanism.epsilon)
     hi, low = probs.amax(0), probs.amin(0)
     seen = hi > 0
     loss = math.inf if bool((low[seen] <= 0).any()) else float(torch.log(hi[seen] / low[seen]).max())

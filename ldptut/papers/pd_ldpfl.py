@@ -175,10 +175,9 @@ def outside_unit_share(weights: Iterable[torch.Tensor]) -> pd.DataFrame:
     for i, w in enumerate(weights):
         w = w.detach().flatten().double()
         t = w.max()
-        n = int((w / t < -1).sum()) if t > 0 else -1
+        n = int((w / t < -1).sum()) if t > 0 else math.nan
         rows.append({"tensor": i, "weights": w.numel(), "max(w)": float(t), "max|w|": float(w.abs().max()),
-                     "outside [-1, 1]": n if t > 0 else math.nan,
-                     "outside [-1, 1] (%)": 100 * n / w.numel() if t > 0 else math.nan})
+                     "outside [-1, 1]": n, "outside [-1, 1] (%)": 100 * n / w.numel()})
     return pd.DataFrame(rows)
 
 
