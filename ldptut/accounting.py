@@ -77,6 +77,9 @@ class Guarantee:
     μ_total = sqrt(Σ μ_i²), and ε is the exact one for δ (:func:`gaussian_epsilon`). Without ``mu``,
     composition is basic (ε and δ add up: an upper bound, tight for the discrete mechanisms here).
     ``note`` says how the figure was obtained when that matters (e.g. "as calibrated by the paper").
+    ``tv`` (with ``mu``) is the total variation between the law a sampler realises and the ideal μ-GDP law: then
+    δ = δ_μ(ε) + (1 + e^ε) tv (:func:`gaussian_epsilon`), k reports are within k tv of their ideal composition, and
+    ε may be ``math.inf``: no finite ε holds at this δ.
 
     ``str(Guarantee(1.0))`` -> "ε = 1 (δ = 0) per coordinate per round".
     """
@@ -86,24 +89,36 @@ class Guarantee:
     unit: Unit = PER_COORDINATE
     mu: Optional[float] = None
     note: str = ""
+    tv: float = 0.0
 
     def __post_init__(self) -> None:
-        real(self.epsilon, "epsilon", nonneg=True)
+        if self.epsilon != math.inf:  # inf: no finite ε holds at this δ (a realised law too sharp for its sampler)
+            real(self.epsilon, "epsilon", nonneg=True)
         if not 0 <= self.delta <= 1:
             raise ValueError(f"delta must be in [0, 1], got {self.delta}")
         if self.mu is not None:
             real(self.mu, "mu", positive=True)
+        if not 0 <= real(self.tv, "tv", nonneg=True) <= 1:
+            raise ValueError(f"tv must be in [0, 1], got {self.tv}")
+        if self.tv and self.mu is None:
+            raise ValueError("tv (the realised law's distance from a μ-GDP law) needs mu")
+
+    @property
+    def finite(self) -> bool:
+        """Whether some finite ε holds at this δ."""
+        return math.isfinite(self.epsilon)
 
     def __str__(self) -> str:
-        return f"ε = {self.epsilon:g} (δ = {self.delta:g}) {self.unit}" + (f", {self.note}" if self.note else "")
+        head = f"ε = {self.epsilon:g} (δ = {self.delta:g})" if self.finite else f"no finite ε certified at δ = {self.delta:g}"
+        return f"{head} {self.unit}" + (f", {self.note}" if self.note else "")
 
     def compose(self, *, d: Optional[int] = None, rounds: Optional[int] = None) -> "Guarantee":
         """The guarantee of ``d`` such reports (one per coordinate of a model) in each of ``rounds`` rounds."""
         k = (1 if d is None else pos_int(d, "d")) * (1 if rounds is None else pos_int(rounds, "rounds"))
         unit = self.unit.compose(d=d, rounds=rounds)
         if self.mu is not None:
-            mu = self.mu * math.sqrt(k)
-            return replace(self, epsilon=gaussian_epsilon(self.delta, mu), mu=mu, unit=unit)
+            mu, tv = self.mu * math.sqrt(k), min(1.0, self.tv * k)
+            return replace(self, epsilon=gaussian_epsilon(self.delta, mu, tv), mu=mu, unit=unit, tv=tv)
         return replace(self, epsilon=self.epsilon * k, delta=min(1.0, self.delta * k), unit=unit)
 
     def __add__(self, other: "Guarantee") -> "Guarantee":
@@ -115,9 +130,9 @@ class Guarantee:
             raise ValueError(f"cannot add guarantees of different units: {a} and {b}")
         unit = Unit(coordinates=a.coordinates, rounds=a.rounds + b.rounds, whole_model=a.whole_model)
         if self.mu is not None and other.mu is not None and self.delta == other.delta:
-            mu = math.hypot(self.mu, other.mu)
-            return Guarantee(epsilon=gaussian_epsilon(self.delta, mu), delta=self.delta, unit=unit, mu=mu,
-                             note=self.note)
+            mu, tv = math.hypot(self.mu, other.mu), min(1.0, self.tv + other.tv)
+            return Guarantee(epsilon=gaussian_epsilon(self.delta, mu, tv), delta=self.delta, unit=unit, mu=mu,
+                             note=self.note, tv=tv)
         return Guarantee(epsilon=self.epsilon + other.epsilon, delta=min(1.0, self.delta + other.delta), unit=unit,
                          note=self.note if self.note == other.note else "")
 
@@ -241,17 +256,55 @@ def gaussian_delta(epsilon: float, mu: float) -> float:
     return max(0.0, float(ndtr(a) - math.exp(eps + log_ndtr(b))))
 
 
-def gaussian_epsilon(delta: float, mu: float) -> float:
-    """Smallest ε >= 0 with :func:`gaussian_delta` (ε, μ) <= δ (bisection to 1e-10 relative)."""
-    return _gaussian_epsilon(_delta(delta), real(mu, "mu", positive=True))
+def gaussian_epsilon(delta: float, mu: float, tv: float = 0.0) -> float:
+    """Smallest ε >= 0 with :func:`gaussian_delta` (ε, μ) + (1 + e^ε) tv <= δ (bisection to 1e-10 relative);
+    ``math.inf`` when no ε satisfies it.
+
+    ``tv`` = 0: the ideal Gaussian mechanism. ``tv`` > 0: a law within total variation tv of a μ-GDP one (what a
+    sampler realises, :class:`ldptut.mechanisms.Gaussian`): for every event S, P̂_x(S) <= P_x(S) + tv <= e^ε P_x'(S)
+    + δ_μ(ε) + tv <= e^ε P̂_x'(S) + δ_μ(ε) + (1 + e^ε) tv. The bound h(ε) = δ_μ(ε) + (1 + e^ε) tv is convex in ε with
+    h'(ε) = e^ε (tv - Φ(-ε/μ - μ/2)), smallest at ε_m = μ (Φ^{-1}(1 - tv) - μ/2): if h(max(ε_m, 0)) > δ, no ε holds
+    at this δ (the law is then too sharp for its sampler: its privacy loss exceeds what the uniforms can realise)."""
+    t = real(tv, "tv", nonneg=True)
+    if t > 1:
+        raise ValueError(f"tv must be in [0, 1], got {tv}")
+    return _gaussian_epsilon(_delta(delta), real(mu, "mu", positive=True), t)
+
+
+def _slack_term(eps: float, tv: float) -> float:
+    """(1 + e^ε) tv, inf when e^ε overflows."""
+    if tv == 0.0:
+        return 0.0
+    return math.inf if eps > 700.0 else (1.0 + math.exp(eps)) * tv
 
 
 @functools.lru_cache(maxsize=65536)
-def _gaussian_epsilon(dl: float, m: float) -> float:
+def _gaussian_epsilon(dl: float, m: float, tv: float = 0.0) -> float:
     """Cached: the simulator composes the same μ for every client and run of a grid."""
-    if gaussian_delta(0.0, m) <= dl:
+    def ok(eps: float) -> bool:
+        return gaussian_delta(eps, m) + _slack_term(eps, tv) <= dl
+
+    if ok(0.0):
         return 0.0
-    return _threshold(lambda eps: gaussian_delta(eps, m) <= dl, rel=1e-10)[1]  # upper end: δ(ε) <= δ holds
+    if tv == 0.0:
+        return _threshold(ok, rel=1e-10)[1]  # upper end: δ(ε) <= δ holds
+    from statistics import NormalDist
+
+    if tv >= 0.5:
+        return math.inf
+    e_min = max(0.0, m * (NormalDist().inv_cdf(1.0 - tv) if tv > 1e-300 else 38.0) - m * m / 2.0)
+    if not ok(e_min):
+        return math.inf
+    lo, hi = 0.0, e_min  # ok(hi), not ok(lo); h decreases on [0, e_min]
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-10 * hi:
+            break
+    return hi
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:

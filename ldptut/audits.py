@@ -12,6 +12,7 @@ The claims themselves (ε with its unit, composition) are in :mod:`ldptut.accoun
 from __future__ import annotations
 
 import math
+import sys
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -72,6 +73,10 @@ def exact_ldp_audit(mechanism: Any, inputs: Any, *, rtol: float = 1e-9) -> Audit
     """
     if not hasattr(mechanism, "output_distribution"):
         raise TypeError(f"{type(mechanism).__name__} has no output_distribution(); use monte_carlo_audit")
+    g = getattr(mechanism, "guarantee", None)
+    if g is not None and g.delta > 0:
+        raise ValueError(f"{type(mechanism).__name__} claims (epsilon, delta) with delta = {g.delta:g}, which bounds no "
+                         f"single ratio: use exact_delta_audit")
     xs = torch.as_tensor(inputs, dtype=torch.float64).reshape(-1)
     if xs.numel() < 2:
         raise ValueError(f"inputs must hold at least 2 values, got {xs.numel()}")
@@ -123,6 +128,41 @@ def exact_ldp_audit(mechanism: Any, inputs: Any, *, rtol: float = 1e-9) -> Audit
             "inputs": xs,
         },
     )
+
+
+def exact_delta_audit(mechanism: Any, inputs: Any) -> AuditResult:
+    """Exact δ(ε) of the law a mechanism's sampler realises, at its claimed ε, over every ordered pair of ``inputs``.
+
+    δ(ε) = Σ_y max(0, P̂[y | x] - e^ε P̂[y | x']) (the hockey-stick divergence; (ε, δ)-DP holds for the pair iff it is
+    <= δ), with P̂ from ``mechanism.realized_distribution`` (the counts of the uniforms the sampler draws) where the
+    mechanism has one, else ``output_distribution``. ``passed``: the largest δ(ε) is within the claimed δ.
+    ``epsilon_observed`` is the claimed ε (the audit is of δ at it); ``details["delta"]`` the largest δ(ε),
+    ``details["unreachable"]`` the largest mass of outputs possible under x and impossible under x'. A claimed ε of
+    inf (no certified guarantee) is audited at e^ε = the largest finite float."""
+    law = getattr(mechanism, "realized_distribution", None) or getattr(mechanism, "output_distribution", None)
+    if law is None:
+        raise TypeError(f"{type(mechanism).__name__} has no realized_distribution() or output_distribution()")
+    xs = torch.as_tensor(inputs, dtype=torch.float64).reshape(-1)
+    if xs.numel() < 2 or not bool(torch.isfinite(xs).all()):
+        raise ValueError(f"inputs must hold at least 2 finite values, got {xs.tolist()}")
+    g = mechanism.guarantee
+    eps = float(g.epsilon)
+    factor = math.exp(eps) if eps < 709.0 else sys.float_info.max
+    values, probs = law(xs)
+    worst, pair, unreachable = -1.0, (None, None), 0.0
+    for i in range(xs.numel()):
+        for j in range(xs.numel()):
+            if i == j:
+                continue
+            if not torch.equal(values[i], values[j]):
+                raise ValueError("exact_delta_audit needs one output grid for every input (scalar center and radius)")
+            d = float(torch.clamp(probs[i] - factor * probs[j], min=0.0).sum())
+            unreachable = max(unreachable, float(probs[i][probs[j] == 0].sum()))
+            if d > worst:
+                worst, pair = d, (float(xs[i]), float(xs[j]))
+    return AuditResult(epsilon_claimed=eps, epsilon_observed=eps, ratio_max=factor, passed=bool(worst <= g.delta),
+                       worst_inputs=pair, method="exact: hockey-stick divergence of the realised laws at the claimed ε",
+                       details={"delta": worst, "delta_claimed": g.delta, "unreachable": unreachable})
 
 
 def binomial_confidence_bounds(k: Tensor, n: int, alpha: float) -> Tuple[Tensor, Tensor, str]:

@@ -53,7 +53,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["UNIFORM_BITS", "RESOLUTION", "CUM_ERROR", "SLACK", "uniforms", "floor_probability", "GridLaw",
+__all__ = ["UNIFORM_BITS", "RESOLUTION", "CUM_ERROR", "SLACK", "GAUSSIAN_BITS", "GAUSSIAN_CUM_ERROR", "uniforms", "floor_probability", "GridLaw",
            "Design", "choose_design", "realized", "design_candidates", "cell_of"]
 
 #: Bits of every uniform: u = J 2^-24, J uniform on [0, 2^24) (float32 ``torch.rand``'s grid).
@@ -65,15 +65,30 @@ RESOLUTION = 2.0 ** -UNIFORM_BITS
 CUM_ERROR = 2.0 ** -40
 #: |realised - designed| probability of any output: one step of the uniforms plus the two cumulatives' errors.
 SLACK = RESOLUTION + 2.0 * CUM_ERROR
+#: Bits of the Gaussian's uniforms: its (ε, δ) law has tails far below 2^-24 that go into δ, so its realised law
+#: must be within a total variation far below δ of the designed one (:class:`ldptut.mechanisms.Gaussian`).
+GAUSSIAN_BITS = 53
+#: The Gaussian grid law's bound on the absolute float64 error of its cumulatives is this times (1 + 1/s), s = σ/r
+#: the noise in units of the range (cell means of Φ through ψ(z) = z Φ(z) + φ(z) and erfcx; the error grows like
+#: 1/s because the cell ends, of size about 1, are divided by s). Measured against 50-digit mpmath: at most
+#: 7.6e-14 at s = 0.01 and 1e-14 at s >= 0.077, 10 to 80 times below the bound (``tests/test_fpsafe.py``).
+GAUSSIAN_CUM_ERROR = 2.0 ** -44
 #: Elements per chunk of the sampler (bounds its float64 temporaries to a few hundred MB).
 CHUNK = 1 << 21
 
 
-def uniforms(shape: Sequence[int], generator: Optional[torch.Generator], device: torch.device | str) -> Tensor:
-    """u = J 2^-24 with J uniform on the integers [0, 2^24) (``torch.randint``), as float64: the same grid on every
-    device, whatever the dtype of the input."""
-    j = torch.randint(0, 1 << UNIFORM_BITS, tuple(shape), generator=generator, device=device, dtype=torch.int32)
-    return j.to(torch.float64).mul_(RESOLUTION)
+def uniforms(shape: Sequence[int], generator: Optional[torch.Generator], device: torch.device | str,
+             bits: int = UNIFORM_BITS) -> Tensor:
+    """u = J 2^-bits with J uniform on the integers [0, 2^bits) (``torch.randint``), as float64: the same grid on
+    every device, whatever the dtype of the input. ``bits`` is 24 (the ε-LDP grid laws) or up to 53 (the Gaussian's
+    (ε, δ) law, :data:`GAUSSIAN_BITS`); float64 holds every such u exactly."""
+    if not 1 <= bits <= 53:
+        raise ValueError(f"bits must be in [1, 53], got {bits!r}")
+    if bits <= 24:
+        j = torch.randint(0, 1 << bits, tuple(shape), generator=generator, device=device, dtype=torch.int32)
+    else:
+        j = torch.randint(0, 1 << bits, tuple(shape), generator=generator, device=device, dtype=torch.int64)
+    return j.to(torch.float64).mul_(2.0 ** -bits)
 
 
 def floor_probability(epsilon: float, epsilon_design: float) -> float:
@@ -108,6 +123,10 @@ class GridLaw:
     def candidate(self, u: Tensor, state: tuple) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def passed(self, k: Tensor, state: tuple, u: Tensor) -> Tensor:
+        """Whether u lies at or beyond cumulative k, F_k <= u (int64 0 / 1): the sampler's only comparison."""
+        return (self.cum_at(k, state) <= u).to(torch.int64)
+
     def cum(self, k: Tensor, t: Tensor) -> Tensor:
         """P[index <= k | t] (k and t of one shape; float64)."""
         return self.cum_at(k, self.prepare(t))
@@ -123,9 +142,12 @@ class GridLaw:
         F = self.cum_all(t)
         return torch.diff(F, dim=-1, prepend=torch.zeros_like(F[..., :1]))
 
+    #: Bits of the uniforms the law is sampled with.
+    bits: int = UNIFORM_BITS
+
     def realized_probs(self, t: Tensor) -> Tensor:
-        """The probabilities the sampler realises with 2^24-step uniforms: counts of J times 2^-24."""
-        return realized(self.cum_all(t))
+        """The probabilities the sampler realises with 2^-bits-step uniforms: counts of J times 2^-bits."""
+        return realized(self.cum_all(t), self.bits)
 
     #: Probability weight of the part of the law that is rounded onto the grid (1, or β for the Hybrid).
     rounded_weight: float = 1.0
@@ -149,7 +171,7 @@ class GridLaw:
         return (p * (v - t.unsqueeze(-1)) ** 2).sum(-1)
 
     def index(self, u: Tensor, t: Tensor) -> Tensor:
-        """The output index for uniforms ``u`` (float64 multiples of 2^-24) and inputs ``t`` (same shape): the
+        """The output index for uniforms ``u`` (float64 multiples of 2^-bits) and inputs ``t`` (same shape): the
         smallest k with u < F_k (int64).
 
         :meth:`candidate` gives c, the cell of the continuous quantile y* (computed in float64), whose answer is c or
@@ -163,14 +185,14 @@ class GridLaw:
             us = uf[s:s + CHUNK]
             state = self.prepare(tf[s:s + CHUNK])
             c, near = self.candidate(us, state)
-            k = c + (self.cum_at(c, state) <= us)
+            k = c + self.passed(c, state, us)
             idx = near.nonzero().flatten()
             if idx.numel():
                 sub_u, sub_state = us[idx], tuple(x[idx] for x in state)
                 base = (c[idx] - 1).clamp_(0, last)
                 kk = base.clone()
                 for i in range(3):
-                    kk += (self.cum_at((base + i).clamp_(max=last), sub_state) <= sub_u)
+                    kk += self.passed((base + i).clamp_(max=last), sub_state, sub_u)
                 k[idx] = kk
             of[s:s + CHUNK] = k
         return out
@@ -185,12 +207,13 @@ def cell_of(pos: Tensor, lo: int, hi: int) -> tuple[Tensor, Tensor]:
     return f.clamp_(lo, hi).to(torch.int64), near
 
 
-def realized(F: Tensor) -> Tensor:
-    """Realised probabilities from cumulatives F (last axis, F[-1] = 1): output k takes the uniforms J 2^-24 with
-    F_{k-1} <= J 2^-24 < F_k, (ceil(F_k 2^24) - ceil(F_{k-1} 2^24)) of the 2^24 (float64, exact)."""
-    n = torch.ceil(F.to(torch.float64) * (1 << UNIFORM_BITS)).clamp_(0, 1 << UNIFORM_BITS)
-    n[..., -1] = float(1 << UNIFORM_BITS)
-    return torch.diff(n, dim=-1, prepend=torch.zeros_like(n[..., :1])) * RESOLUTION
+def realized(F: Tensor, bits: int = UNIFORM_BITS) -> Tensor:
+    """Realised probabilities from cumulatives F (last axis, F[-1] = 1): output k takes the uniforms J 2^-b with
+    F_{k-1} <= J 2^-b < F_k, (ceil(F_k 2^b) - ceil(F_{k-1} 2^b)) of the 2^b (b = ``bits``; float64, exact: scaling
+    by a power of two and ceil are exact, and every count is below 2^53)."""
+    n = torch.ceil(F.to(torch.float64) * float(1 << bits)).clamp_(0, float(1 << bits))
+    n[..., -1] = float(1 << bits)
+    return torch.diff(n, dim=-1, prepend=torch.zeros_like(n[..., :1])) * 2.0 ** -bits
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ __all__ = ["NUMERICS", "NUMERICS_CHANGES", "numerics_flag", "numerics_changes", 
 #: are version 1. Pages flag older records (:func:`numerics_flag`, in :meth:`ldptut.experiments.Runner.provenance`):
 #: their run cache key is the configuration, so they are still loaded, and the flag says they would be re-trained
 #: differently now.
-NUMERICS = 2
+NUMERICS = 3
 
 #: Version -> (the mechanisms it changed, by their :data:`ldptut.mechanisms.MECHANISMS` names, or ``None`` for a
 #: change that touches every run; what changed). A record of an older version that used none of the changed
@@ -37,6 +37,9 @@ NUMERICS_CHANGES: dict[int, tuple[Optional[frozenset], str]] = {
     2: (frozenset({"laplace", "piecewise", "hybrid"}),
         "Laplace, Piecewise and Hybrid report on a grid, each output drawn with its exact probability "
         "(floating-point-safe samplers, ldptut.fpsafe): other reports from the same seed"),
+    3: (frozenset({"gaussian"}),
+        "the Gaussian reports on a grid, each output drawn with its exact probability from a 2^-53-step uniform "
+        "(its (epsilon, delta) holds for the law it samples): other reports from the same seed"),
 }
 
 

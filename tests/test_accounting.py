@@ -75,11 +75,15 @@ def test_guarantee_compose_is_basic_for_pure_and_exact_for_gaussian():
     assert str(g.compose(d=1000)) == "ε = 500 (δ = 0) per model (d = 1,000 coordinates) per round"
     # Gaussian: d coordinates of sensitivity Δ and noise σ are one Gaussian mechanism with μ sqrt(d)
     gm = Gaussian(epsilon=1.0, delta=1e-5, radius=1.0).guarantee
-    composed = gm.compose(d=100, rounds=4)
-    assert composed.mu == pytest.approx(gm.mu * 20)
-    assert composed.epsilon == pytest.approx(accounting.gaussian_epsilon(1e-5, gm.mu * 20), rel=1e-12)
-    assert composed.epsilon < 400 * gm.epsilon  # far below basic composition
+    composed = gm.compose(d=5, rounds=2)
+    assert composed.mu == pytest.approx(gm.mu * math.sqrt(10))
+    assert composed.epsilon == pytest.approx(accounting.gaussian_epsilon(1e-5, gm.mu * math.sqrt(10), gm.tv * 10), rel=1e-12)
+    assert composed.tv == pytest.approx(gm.tv * 10) and gm.tv > 0  # the sampler's distance adds up
+    assert composed.epsilon < 10 * gm.epsilon  # far below basic composition
+    assert composed.epsilon == pytest.approx(accounting.gaussian_epsilon(1e-5, gm.mu * math.sqrt(10)), rel=1e-3)  # the sampler costs little here
     assert composed.delta == 1e-5
+    # the limit of the total-variation certificate: 400 reports need eps near 37 ideally, where (1 + e^eps) 400 tv > delta
+    assert accounting.gaussian_epsilon(1e-5, gm.mu * 20) < 40 and math.isinf(gm.compose(d=100, rounds=4).epsilon)
 
 
 def test_guarantee_addition_is_sequential_composition():
@@ -177,3 +181,27 @@ def test_outside_range_raises():
 def test_bad_inputs(args, match):
     with pytest.raises(ValueError, match=match):
         shuffle_amplification(*args)
+
+
+def test_gaussian_epsilon_with_a_total_variation_term():
+    """The smallest eps with delta_mu(eps) + (1 + e^eps) tv <= delta, against a dense scan; inf when none; tv adds up
+    under composition and addition."""
+    for mu, tv, dl in [(1.0, 1e-10, 1e-5), (3.4, 1e-10, 2e-3), (0.3, 1e-12, 1e-6), (6.0, 1e-9, 1e-3)]:
+        eps = accounting.gaussian_epsilon(dl, mu, tv)
+        grid = [i * 1e-3 for i in range(60_000)]
+        ok = [e for e in grid if accounting.gaussian_delta(e, mu) + (1 + math.exp(e)) * tv <= dl]
+        if ok:
+            assert eps == pytest.approx(ok[0], abs=1.1e-3) and eps >= accounting.gaussian_epsilon(dl, mu)
+        else:
+            assert math.isinf(eps)
+    assert math.isinf(accounting.gaussian_epsilon(2e-3, 26.3, 1e-9))  # mu = 26: no eps at all
+    assert accounting.gaussian_epsilon(1e-5, 1.0, 0.0) == accounting.gaussian_epsilon(1e-5, 1.0)
+    with pytest.raises(ValueError, match="tv"):
+        accounting.gaussian_epsilon(1e-5, 1.0, -1e-3)
+    g = Guarantee(epsilon=accounting.gaussian_epsilon(1e-5, 0.2, 1e-11), delta=1e-5, mu=0.2, tv=1e-11)
+    c = g.compose(d=100, rounds=10)
+    assert c.tv == pytest.approx(1e-8) and c.epsilon == accounting.gaussian_epsilon(1e-5, 0.2 * math.sqrt(1000), 1e-8)
+    assert (g + g).tv == pytest.approx(2e-11)
+    assert str(Guarantee(epsilon=math.inf, delta=1e-3, mu=30.0, tv=1e-9)) == "no finite ε certified at δ = 0.001 per coordinate per round"
+    with pytest.raises(ValueError, match="needs mu"):
+        Guarantee(epsilon=1.0, delta=1e-5, tv=1e-9)

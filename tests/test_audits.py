@@ -68,7 +68,7 @@ def test_exact_audit_catches_wrong_mechanisms():
 
 
 def test_exact_audit_validation():
-    with pytest.raises(TypeError):  # a continuous law (no output_distribution): use the Monte-Carlo audit
+    with pytest.raises(ValueError, match="exact_delta_audit"):  # an (eps, delta) law bounds no single ratio
         exact_ldp_audit(Gaussian(epsilon=1.0, delta=1e-5), [0.0, 1.0])
     with pytest.raises(ValueError, match="inputs"):
         exact_ldp_audit(TwoPoint(epsilon=1.0), [0.0])
@@ -134,10 +134,14 @@ def test_histogram_ratio_exact():
 
     class DensityOnly:
         epsilon = 2.0
-        density = staticmethod(gauss.density)
+        density = staticmethod(gauss.ideal_density)
+
+    class CdfOnly:
+        epsilon = 2.0
+        cdf = staticmethod(gauss.ideal_cdf)
 
     edges = torch.linspace(-3.0, 3.0, 17)
-    pm = gauss
+    pm = CdfOnly()
     a = histogram_ratio_exact(pm, -1.0, 1.0, edges)
     b = histogram_ratio_exact(DensityOnly(), -1.0, 1.0, edges, n_sub=4000)
     assert torch.allclose(a.details["p_x0"], b.details["p_x0"], atol=1e-4)
@@ -153,3 +157,19 @@ def test_binomial_bounds():
     assert torch.all(lo <= k / 100) and torch.all(hi >= k / 100)
     # Clopper-Pearson 95% two-sided interval for 50/100 is about (0.398, 0.602)
     assert float(lo[2]) == pytest.approx(0.398, abs=0.002) and float(hi[2]) == pytest.approx(0.602, abs=0.002)
+
+
+def test_exact_delta_audit_of_the_gaussian():
+    """The realised laws' hockey-stick divergence at the claimed eps: within delta for the calibrated Gaussian; the
+    paper-style sigma whose ideal eps is 421 (mu = 26) has almost all its mass unreachable under the other end, and a
+    claimed delta too small fails."""
+    from ldptut.audits import exact_delta_audit
+
+    res = exact_delta_audit(Gaussian(epsilon=1.0, delta=1e-5), [-1.0, 0.0, 1.0])
+    assert res.passed and 0.9e-5 < res.details["delta"] <= 1e-5 and res.details["unreachable"] < 1e-14  # tails beyond 8 sigma
+    sharp = Gaussian.with_sigma(sigma=15.2, delta=2e-3, radius=200.0)
+    res = exact_delta_audit(sharp, [-200.0, 200.0])
+    assert res.details["unreachable"] > 0.999 and res.details["delta"] > 0.999 and not sharp.guarantee.finite
+    wrong = Gaussian(epsilon=1.0, delta=1e-5)
+    wrong._delta = 1e-6  # claims less than it gives
+    assert not exact_delta_audit(wrong, [-1.0, 1.0]).passed

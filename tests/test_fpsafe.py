@@ -206,17 +206,133 @@ def test_an_epsilon_too_small_for_the_uniforms_is_refused_with_its_name():
 
 def test_the_float_noise_lower_bound_and_the_gaussian_it_measures():
     """unreachable_by_float_noise: a report no float noise value could turn x' into. On the textbook Laplace sampler it
-    finds a share below the exhaustive one (0.795 at eps = 1) but far above zero; on the package's Gaussian, whose noise
-    is float too (its docstring says so), at least 5 % at (eps, delta) = (1, 1e-5), where delta = 1e-5 bounds the
-    probability of any such certain distinction: its guarantee is the ideal mechanism's only."""
+    finds a share below the exhaustive one (0.795 at eps = 1) but far above zero; on the textbook Gaussian (float
+    noise added to the input, what the package drew before its grid law) at least 5 % at (eps, delta) = (1, 1e-5),
+    where delta = 1e-5 bounds the probability of any such certain distinction."""
     from ldptut.attacks import unreachable_by_float_noise
     from ldptut.mechanisms import Gaussian
 
     u = torch.arange(0, 1 << 24, 16, dtype=torch.float64) * 2.0 ** -24
     share = float(unreachable_by_float_noise(textbook_laplace(torch.zeros(u.numel()), u, epsilon=1.0), 1.0).double().mean())
     assert 0.2 < share <= 0.7953
-    y = Gaussian(epsilon=1.0, delta=1e-5).privatize(torch.zeros(1_000_000), generator(0, "gauss"))
+    sigma = Gaussian(epsilon=1.0, delta=1e-5).sigma
+    y = torch.zeros(1_000_000) + sigma * torch.randn(1_000_000, generator=generator(0, "gauss"))  # the textbook sampler
     assert float(unreachable_by_float_noise(y, 1.0).double().mean()) > 0.05
     exact = torch.tensor([1.0 + 2.0 ** -23, 0.25], dtype=torch.float32)  # 1 + one float32 step: reachable from 1
     assert unreachable_by_float_noise(exact, 1.0).tolist() == [False, False]
     assert unreachable_by_float_noise(torch.tensor([1e-9], dtype=torch.float32), 1.0).tolist() == [True]
+
+
+# ---- the Gaussian: an (epsilon, delta) grid law with 2^-53-step uniforms ------------------------------------------
+def _gaussians():
+    from ldptut.mechanisms import Gaussian
+
+    return [Gaussian(epsilon=e, delta=1e-5, center=C, radius=R) for e in (0.1, 1.0, 5.0)] + [
+        Gaussian.with_sigma(sigma=117.0, delta=2e-3, radius=200.0)]  # a paper's digits setting (eps_i = 1)
+
+
+def test_gaussian_cumulatives_match_a_50_digit_computation():
+    """F_k and G_k = 1 - F_k of the Gaussian grid law against mpmath, 10 times inside the bound the guarantee uses."""
+    mpmath = pytest.importorskip("mpmath")
+    from ldptut.mechanisms import _GaussianGrid
+
+    mpmath.mp.dps = 50
+    psi = lambda z: z * mpmath.ncdf(z) + mpmath.npdf(z)  # noqa: E731
+    worst = 0.0
+    for s in (0.01, 0.0769, 1.0, 7.46, 500.0):
+        law = _GaussianGrid(s, 1 << 16)
+        n = law.cells
+        ks = sorted(set(range(0, n, max(1, n // 60))) | {0, 1, n // 2, n - 2, n - 1})
+        for t in (-1.0, 0.3, 1.0):
+            k = torch.tensor(ks)
+            F, G = law._lower_upper(k, (torch.full((len(ks),), t, dtype=torch.float64),))
+            sm, gm, Lm = mpmath.mpf(law.s), mpmath.mpf(law.g), mpmath.mpf(law.L)
+            for i, kk in enumerate(ks):
+                a = (kk * gm - Lm - t) / sm
+                exact_F = (sm / gm) * (psi(a + gm / sm) - psi(a))
+                exact_G = (sm / gm) * (psi(-a) - psi(-a - gm / sm))
+                err = max(abs(float(F[i]) - float(exact_F)), abs(float(G[i]) - float(exact_G)))
+                assert err <= law.cum_error / 10, (s, t, kk, err, law.cum_error)
+                worst = max(worst, err / law.cum_error)
+    assert worst > 0  # the comparison saw float error at all
+
+
+def _boundary_uniforms(law, t):
+    """Every J at, just below and just above each realised cell boundary (both halves), plus random J."""
+    k = torch.arange(law.size)
+    F, G = law._lower_upper(k, (torch.full((law.size,), t, dtype=torch.float64),))
+    full = 2.0 ** 53
+    b = torch.cat([torch.ceil(F * full), full - torch.floor(G * full)])
+    J = torch.cat([b - 1, b, b + 1, torch.randint(0, 1 << 53, (5000,), generator=generator(0, "J"), dtype=torch.int64).double(),
+                   torch.tensor([0.0, 2.0 ** 52 - 1, 2.0 ** 52, full - 1])])
+    J = torch.unique(J[(J >= 0) & (J < full)])
+    u = J * 2.0 ** -53
+    # the rule the realised law states: u < 1/2 by F, u >= 1/2 by G
+    ref = torch.where(u < 0.5, torch.searchsorted(F, u, right=True), torch.searchsorted(-G, u - 1.0, right=True))
+    return u, ref
+
+
+@pytest.mark.parametrize("which", range(4))
+def test_gaussian_sampler_draws_its_realised_law(which, monkeypatch):
+    """Through the real privatize path (float32 inputs): the report for each uniform is the value of the index the
+    realised law assigns it, at every cell boundary; the realised law is a law (counts of 2^53, summing to one)."""
+    mech = _gaussians()[which]
+    c, r = mech.center, mech.radius
+    for frac in (-1.0, 0.37, 1.0):
+        x = torch.tensor(c + frac * r, dtype=torch.float32)
+        t = float(((x.double() - c) / r).clamp(-1, 1))
+        u, ref = _boundary_uniforms(mech.law, t)
+        monkeypatch.setattr(fpsafe, "uniforms", lambda shape, generator, device, bits: u.reshape(shape))
+        y = mech.privatize(x.expand(u.numel()).contiguous(), generator=None)
+        expected = (mech.law.values[ref] * r + c).float()
+        assert torch.equal(y, expected)
+        p = mech.law.realized_probs(torch.tensor(t, dtype=torch.float64))
+        assert bool((p >= 0).all()) and float(p.sum()) == 1.0
+        assert torch.equal(p * 2.0 ** 53, (p * 2.0 ** 53).round())  # whole counts
+
+
+@pytest.mark.parametrize("which", range(4))
+def test_gaussian_realised_law_gives_the_stated_epsilon_delta(which):
+    """delta(eps) = sum_k max(0, p̂_k(x) - e^eps p̂_k(x')) of the laws the sampler realises, exactly, for the range's
+    ends and an interior pair: within the stated delta at the stated eps."""
+    mech = _gaussians()[which]
+    g = mech.guarantee
+    c, r = mech.center, mech.radius
+    for a, b in ((-1.0, 1.0), (1.0, -1.0), (-0.2, 0.9)):
+        _, pa = mech.realized_distribution(torch.tensor(c + a * r))
+        _, pb = mech.realized_distribution(torch.tensor(c + b * r))
+        realised = float(torch.clamp(pa - math.exp(g.epsilon) * pb, min=0.0).sum())
+        assert realised <= g.delta, (mech, a, b, realised)
+    assert g.tv == mech.tv > 0 and g.mu == pytest.approx(2 * r / mech.sigma)
+
+
+def test_gaussian_without_a_realisable_guarantee_says_so():
+    """A sigma whose ideal epsilon is in the hundreds (the paper's digits at eps_i = 10: mu = 26) has no realised
+    guarantee: almost every report of x = c is impossible under x' = -c, so delta is 1 at every finite eps."""
+    from ldptut.accounting import gaussian_delta
+    from ldptut.mechanisms import Gaussian
+
+    m = Gaussian.with_sigma(sigma=15.2, delta=2e-3, radius=200.0)
+    assert math.isinf(m.epsilon) and not m.guarantee.finite
+    assert str(m.guarantee) == "no finite ε certified at δ = 0.002 per coordinate per round"
+    assert m.ideal_guarantee.epsilon == pytest.approx(421.05, abs=0.1)
+    assert gaussian_delta(m.ideal_guarantee.epsilon, m.guarantee.mu) <= 2e-3  # the ideal mechanism's figure
+    _, p0 = m.realized_distribution(torch.tensor(-200.0))
+    _, p1 = m.realized_distribution(torch.tensor(200.0))
+    assert float(p1[p0 == 0].sum()) > 0.999  # reports of 200 that -200 can never give
+    assert math.isinf(m.guarantee.compose(d=650).epsilon)
+    with pytest.raises(ValueError, match=r"epsilon=12 with delta=1e-05 cannot be realised"):
+        Gaussian(epsilon=12, delta=1e-5)
+
+
+def test_gaussian_cost_against_the_ideal_mechanism():
+    """Var = sigma² + at most g² r²/4 (rounding), exact as a finite sum; unbiased for the clipped input."""
+    for mech in _gaussians():
+        c, r = mech.center, mech.radius
+        x = torch.tensor([c - 2 * r, c - r, c, c + 0.4 * r, c + r])
+        v, ideal = mech.variance(x), mech.ideal_variance(x)
+        lo, hi = mech.variance_bounds(x)
+        assert bool((v >= lo * (1 - 1e-12)).all() and (v <= hi * (1 + 1e-12)).all())
+        assert bool((v / ideal - 1 <= 1 / 4096 * 1.01).all() and (v / ideal - 1 >= 0).all())
+        values, p = mech.output_distribution(x)
+        assert torch.allclose((values * p).sum(-1), mech.clip(x), rtol=0, atol=1e-9 * r)

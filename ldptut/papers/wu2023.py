@@ -474,7 +474,10 @@ class WuRun(RunConfig):
         return client_mechanisms(self.epsilons, self.protocol, self.setting(), reading=self.reading)
 
     def mechanism_names(self) -> list:
-        """The mechanisms' names (:data:`ldptut.mechanisms.MECHANISMS`): Gaussian for IID clients, LdpSign else."""
+        """The mechanisms' names (:data:`ldptut.mechanisms.MECHANISMS`): Gaussian for IID clients, LdpSign else; none
+        for a run without noise (every client's ε None)."""
+        if all(e is None for e in self.epsilons):
+            return []
         return ["gaussian" if self.protocol == "iid" else "ldpsign"]
 
     def aggregator(self, mechs: Optional[list] = None) -> Any:
