@@ -6,7 +6,7 @@ on the input, so one report can rule an input out (Mironov, "On significance of 
 differential privacy", CCS 2012). Enumerating all 2^24 float32 uniforms of ``torch.rand`` through the textbook
 Laplace sampler at ε = 1, 80 % of the reports for x = 0 cannot occur for x = 1: the realised ε is infinite.
 
-**What we do.** A continuous mechanism of :mod:`ldptut.mechanisms` (Laplace, Piecewise, Hybrid) reports one of a
+**What we do.** A continuous ε-LDP mechanism of :mod:`ldptut.mechanisms` (Laplace, Piecewise, Hybrid) reports one of a
 finite, input-independent set of values (its *grid law*), drawn with one uniform by the inverse CDF of exact
 cumulative probabilities:
 
@@ -38,6 +38,15 @@ Bernoulli trials, Canonne, Kamath, Steinke 2020); diffprivlib's ``Laplace`` uses
 separate). A grid law with a floor keeps one uniform per report and vectorised float64 arithmetic on any device,
 works for every mechanism with a CDF in closed form, and its guarantee is checked exhaustively over the 2^24
 uniforms (``tests/test_fpsafe.py``).
+
+**The Gaussian** (:class:`ldptut.mechanisms.Gaussian`) is an (ε, δ) mechanism with an unbounded privacy loss: no
+floor can hold, and its tails are what δ pays for. Its grid law (clamped at 9 σ beyond the range, rounded without
+bias onto a grid of step σ/32) is sampled with 2^-53-step uniforms (:data:`GAUSSIAN_BITS`; the lower half of the
+uniforms compared with F_k, the upper half with 1 - F_k computed directly, so the tails keep their precision). The
+designed law is a post-processing of the Gaussian, so μ-GDP exactly; the realised law is within total variation
+tv = K (2^-53 + float error) of it, and the guarantee stated is (ε, δ_μ(ε) + (1 + e^ε) tv)
+(:func:`ldptut.accounting.gaussian_epsilon`), checked exactly on the realised laws in ``tests/test_fpsafe.py``
+(:func:`ldptut.audits.exact_delta_audit`).
 
 The assumption left: the generator's integers are uniform (true of a counter-based generator up to its own
 statistical quality). Seeded generators make a simulation reproducible; a deployment draws its randomness from a

@@ -8,8 +8,8 @@ Every mechanism is a small class in the style of Opacus / OpenDP:
   same output;
 * the closed forms sit beside the sampler: :meth:`~Mechanism.mean`, :meth:`~Mechanism.variance`,
   and the exact output law ``output_distribution(x)`` (values and probabilities). The continuous
-  mechanisms (:class:`Laplace`, :class:`Piecewise`, :class:`Hybrid`) report on a fixed grid
-  (:class:`GridMechanism`, :mod:`ldptut.fpsafe`), so their law is discrete too; their
+  mechanisms (:class:`Laplace`, :class:`Piecewise`, :class:`Hybrid`, :class:`Gaussian`) report on a fixed
+  grid (:class:`GridMechanism`, :mod:`ldptut.fpsafe`), so their law is discrete too; their
   ``ideal_variance`` is the continuous mechanism's, for the cost of sampling safely;
 * :attr:`~Mechanism.guarantee` states what is protected, as an :class:`ldptut.accounting.Guarantee`:
   ε (δ = 0; (ε, δ) for :class:`Gaussian`) **per coordinate per round** (one scalar report). A
@@ -20,10 +20,11 @@ Inputs outside the declared range ``[center - radius, center + radius]`` are cli
 guarantee is about the clipped value. **The guarantee holds for the law the code samples**, floating
 point included: the grid mechanisms draw each output with its exact probability from a 2^-24-step
 uniform and keep every output's probability above a floor (:mod:`ldptut.fpsafe`); the textbook
-float samplers do not (Mironov, CCS 2012; :mod:`ldptut.attacks` shows the attack). The two-output
-mechanisms clamp their threshold so that the realised counts of uniforms keep the ratio within e^ε.
-:class:`Gaussian` still adds float noise, and its (ε, δ) holds for the ideal mechanism only (see its
-docstring, with the measurement). Closed forms are float64.
+float samplers do not (Mironov, CCS 2012; :mod:`ldptut.attacks` shows the attack). :class:`Gaussian`, an
+(ε, δ) mechanism, draws its grid law with 2^-53-step uniforms and states the (ε, δ) its realised law gives
+(its distance ``tv`` from the designed law inside δ; no finite ε where none is certified). The two-output
+mechanisms' threshold is rounded to the uniforms' grid, which moves their ratio by one step of 2^-24 (the
+foundations chapter prints the excess in ε). Closed forms are float64.
 """
 from __future__ import annotations
 
