@@ -295,16 +295,7 @@ def _gaussian_epsilon(dl: float, m: float, tv: float = 0.0) -> float:
     e_min = max(0.0, m * (NormalDist().inv_cdf(1.0 - tv) if tv > 1e-300 else 38.0) - m * m / 2.0)
     if not ok(e_min):
         return math.inf
-    lo, hi = 0.0, e_min  # ok(hi), not ok(lo); h decreases on [0, e_min]
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-10 * hi:
-            break
-    return hi
+    return _threshold(ok, rel=1e-10, hi=e_min)[1]  # h decreases on [0, e_min]: ok(e_min), not ok(0)
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -317,12 +308,15 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     return sens / mu
 
 
-def _threshold(ok: Any, *, rel: float) -> Tuple[float, float]:
+def _threshold(ok: Any, *, rel: float, hi: Optional[float] = None) -> Tuple[float, float]:
     """Bracket (lo, hi), hi - lo <= rel * hi, of the threshold of a predicate on v > 0 that is false
-    below it and true above it: ``ok(lo)`` is false (or lo = 0) and ``ok(hi)`` is true."""
-    lo, hi = 0.0, 1.0
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
+    below it and true above it: ``ok(lo)`` is false (or lo = 0) and ``ok(hi)`` is true. ``hi``: a known point
+    where ``ok`` holds (else found by doubling from 1)."""
+    lo = 0.0
+    if hi is None:
+        hi = 1.0
+        while not ok(hi):
+            lo, hi = hi, 2 * hi
     for _ in range(200):
         mid = (lo + hi) / 2
         if ok(mid):
