@@ -267,8 +267,15 @@ def test_a_numerics_change_flags_only_the_runs_of_the_mechanisms_it_changed():
     assert provenance.run_mechanisms(FedSelRun(paper="fedsel", dataset="adult", model="logistic", n_clients=10, rounds=1,
                                                selection="random", perturbation="hm", epsilon=1.0)) == {"hybrid"}
     assert provenance.numerics_flag(1) == f"older code (numerics v1, now v{provenance.NUMERICS})"  # nothing said: flagged
-    assert provenance.numerics_changes(1, ["gaussian"]) == [] and provenance.numerics_changes(1, ["hybrid"])[0].startswith("v2: ")
-    assert callable(WuRun.mechanism_names)
+    assert provenance.numerics_changes(1, ["ldpsign"]) == [] and provenance.numerics_changes(1, ["hybrid"])[0].startswith("v2: ")
+    assert [c[:4] for c in provenance.numerics_changes(1, ["gaussian"])] == ["v3: "]  # the Gaussian's grid law
+    assert provenance.numerics_changes(2, ["hybrid"]) == [] and provenance.numerics_changes(2, ["gaussian"])
+    # Wu et al.'s runs: IID clients use the Gaussian, non-IID ldpsign, a run without noise neither
+    wu = dict(paper="wu2023", dataset="digits", model="ovr_logreg", n_clients=2, rounds=1, scenario="personalized",
+              profile="p", aggregation="A", delta=1e-3, clip=1.0, n_train=10, n_test=10, q=0.5)
+    assert WuRun(**wu, protocol="iid", epsilons=(1.0, None)).mechanism_names() == ["gaussian"]
+    assert WuRun(**wu, protocol="iid", epsilons=(None, None)).mechanism_names() == []
+    assert WuRun(**wu, protocol="noniid", epsilons=(1.0, 5.0), l2=1.0, dirichlet_alpha=0.5).mechanism_names() == ["ldpsign"]
 
 
 def test_a_record_names_the_commit_its_process_imported_not_the_head_when_stored(tmp_path, monkeypatch):
