@@ -16,7 +16,8 @@ of a fresh tensor. The mechanisms also draw one uniform per element from a ``tor
 On CUDA, TwoPoint, Laplace, Piecewise, Hybrid and randomized response run as one fused Triton kernel
 (``ldptut.kernels``: one read, Philox uniforms in registers, one write); each of them gets a second row,
 "(torch path)", timed with the kernel switched off (``LDPTUT_FUSED=0``), and the kernel's generator alone is
-timed as "philox uniforms (kernel)".
+timed as "philox uniforms (kernel)". The Gaussian's grid law (2^-53-step uniforms, float64 cumulatives) gets a row
+"gaussian (float noise)": the textbook sampler it replaces, which is not floating-point safe, for the cost.
 """
 from __future__ import annotations
 
@@ -95,6 +96,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         cases[name] = (lambda m=mech, i=inp: m.privatize(i, gen))
         if fused and kernels.usable(mech, inp):  # the same mechanism by the torch path, for comparison
             cases[f"{name} (torch path)"] = (lambda m=mech, i=inp: _torch_path(lambda: m.privatize(i, gen)))
+        if name == "gaussian":  # the textbook sampler the grid law replaces (float noise: not safe), for its cost
+            cases["gaussian (float noise)"] = (lambda m=mech, i=inp: i.clamp(-1.0, 1.0)
+                                               + m.sigma * torch.randn(i.shape, generator=gen, device=i.device))
 
     times: Dict[str, List[float]] = {k: [] for k in cases}
     for rep in range(args.repeats + 1):

@@ -1014,13 +1014,12 @@ class _GaussianGrid(fpsafe.GridLaw):
         lo = (k.clamp(0, n - 1).to(torch.float64) * g).sub_(self.L)
         a = (lo - t) / s
         b = (lo + g - t) / s
-        zero = a.new_zeros(())
-        pa, pb = _psi_neg(torch.minimum(a, zero)), _psi_neg(torch.minimum(b, zero))
-        pna, pnb = _psi_neg(torch.minimum(-a, zero)), _psi_neg(torch.minimum(-b, zero))
+        # every case needs ψ at -|a| and -|b| only: ψ(a), ψ(b) below t; ψ(-a), ψ(-b) above; ψ(a), ψ(-b) across
+        pa, pb = _psi_neg(-a.abs()), _psi_neg(-b.abs())
         w = s / g
         lower_below = (pb - pa) * w          # cell below t: the mean of Φ, small
-        upper_above = (pna - pnb) * w        # cell above t: the mean of 1 - Φ, small
-        across = (b + pnb - pa) * w          # cell around t: ψ(b) = b + ψ(-b)
+        upper_above = (pa - pb) * w          # cell above t: the mean of 1 - Φ, small
+        across = (b + pb - pa) * w           # cell around t: ψ(b) = b + ψ(-b)
         is_below, is_above = b <= 0.0, a >= 0.0
         F = torch.where(is_below, lower_below, torch.where(is_above, 1.0 - upper_above, across))
         G = torch.where(is_below, 1.0 - lower_below, torch.where(is_above, upper_above, 1.0 - across))
