@@ -292,7 +292,7 @@ def _gaussian_epsilon(dl: float, m: float, tv: float = 0.0) -> float:
 
     if tv >= 0.5:
         return math.inf
-    e_min = max(0.0, m * (NormalDist().inv_cdf(1.0 - tv) if tv > 1e-300 else 38.0) - m * m / 2.0)
+    e_min = max(0.0, -m * NormalDist().inv_cdf(tv) - m * m / 2.0)  # Φ^{-1}(1 - tv) = -Φ^{-1}(tv), exact for tiny tv
     if not ok(e_min):
         return math.inf
     return _threshold(ok, rel=1e-10, hi=e_min)[1]  # h decreases on [0, e_min]: ok(e_min), not ok(0)

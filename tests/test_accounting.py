@@ -195,6 +195,8 @@ def test_gaussian_epsilon_with_a_total_variation_term():
         else:
             assert math.isinf(eps)
     assert math.isinf(accounting.gaussian_epsilon(2e-3, 26.3, 1e-9))  # mu = 26: no eps at all
+    # a tv below float64's step at 1 (1 - tv == 1) used to reach inv_cdf(1.0) and raise
+    assert accounting.gaussian_epsilon(1e-5, 1.0, 1e-20) == pytest.approx(accounting.gaussian_epsilon(1e-5, 1.0), rel=1e-9)
     assert accounting.gaussian_epsilon(1e-5, 1.0, 0.0) == accounting.gaussian_epsilon(1e-5, 1.0)
     with pytest.raises(ValueError, match="tv"):
         accounting.gaussian_epsilon(1e-5, 1.0, -1e-3)
