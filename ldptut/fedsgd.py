@@ -63,21 +63,28 @@ class Reporter(Protocol):
 
 
 def cross_validation(n: int, *, folds: int, repeats: int, seed_generator: Optional[torch.Generator] = None,
-                     device: Any = "cpu") -> tuple[Tensor, Tensor]:
+                     device: Any = "cpu", holdout: str = "test") -> tuple[Tensor, Tensor]:
     """``repeats`` x ``folds``-fold cross-validation of n rows as R = repeats * folds runs: ``train_idx``
-    (R, n_train) and ``test_mask`` (R, n). Each repetition shuffles the rows and cuts them into ``folds``
-    equal parts (the n mod folds rows left over are in no part, in neither split); run (i, f) tests on part f
-    and trains on the others."""
+    (R, n_train) and the mask of the rows each run is evaluated on (R, n). Each repetition shuffles the rows and
+    cuts them into ``folds`` equal parts (the n mod folds rows left over are in no part, in neither split).
+
+    ``holdout="test"``: run (i, f) tests on part f and trains on the others. ``holdout="validation"`` (for tuning,
+    never touching a test part): run (i, f) is evaluated on part f + 1 (mod ``folds``), which run (i, f) trains on
+    in the test setting, and trains on the remaining ``folds`` - 2 parts; so part f stays unseen (needs
+    ``folds`` >= 3)."""
     n, folds, repeats = pos_int(n, "n"), pos_int(folds, "folds"), pos_int(repeats, "repeats")
-    if folds < 2:
-        raise ValueError(f"folds must be >= 2, got {folds}")
+    one_of(holdout, "holdout", ("test", "validation"))
+    need = 3 if holdout == "validation" else 2
+    if folds < need:
+        raise ValueError(f"folds must be >= {need} for holdout={holdout!r}, got {folds}")
     size = n // folds
     train, test = [], torch.zeros(repeats * folds, n, dtype=torch.bool, device=device)
     for i in range(repeats):
         parts = torch.randperm(n, generator=seed_generator)[: size * folds].view(folds, size).to(device)
         for f in range(folds):
-            train.append(torch.cat([parts[g] for g in range(folds) if g != f]))
-            test[i * folds + f, parts[f]] = True
+            held = f if holdout == "test" else (f + 1) % folds
+            train.append(torch.cat([parts[g] for g in range(folds) if g not in (f, held)]))
+            test[i * folds + f, parts[held]] = True
     return torch.stack(train), test
 
 
@@ -206,7 +213,8 @@ class ProjectedCoordinate:
 @dataclass
 class TrainResult:
     """Per evaluation: ``history`` (iteration, epoch, accuracy mean / std / min / max over the R runs, in
-    [0, 1]); ``final`` each run's final accuracy (R,); ``weights`` the final (R, d)."""
+    [0, 1]; the last row also ``accuracy_runs``, the list of the R runs' accuracies, for paired comparisons);
+    ``final`` each run's final accuracy (R,); ``weights`` the final (R, d)."""
 
     history: pd.DataFrame
     final: Tensor
@@ -291,4 +299,5 @@ def train(x: Tensor, y: Tensor, train_idx: Tensor, test_mask: Tensor, *, reporte
             raise FloatingPointError(f"the weights are not finite after epoch {epoch}; lower lr ({lr})")
     bar.close()
     final = evaluate(epochs)
+    history[-1]["accuracy_runs"] = [float(a) for a in final.tolist()]
     return TrainResult(history=pd.DataFrame(history), final=final, weights=w)

@@ -250,6 +250,83 @@ def test_cross_validation_splits():
         fedsgd.cross_validation(10, folds=2, repeats=0)
 
 
+def test_cross_validation_with_a_validation_part_never_touches_the_test_part():
+    """holdout="validation": run (i, f) validates on part f + 1 and trains on the other folds - 2 parts, so the
+    test part f of the same run (and of its twin in the test setting) is neither trained nor evaluated on."""
+    n, folds, repeats = 103, 5, 2
+    tr, te = fedsgd.cross_validation(n, folds=folds, repeats=repeats, seed_generator=_gen(7, "cv"))
+    vtr, va = fedsgd.cross_validation(n, folds=folds, repeats=repeats, seed_generator=_gen(7, "cv"), holdout="validation")
+    size = n // folds
+    assert vtr.shape == (repeats * folds, size * (folds - 2)) and va.shape == te.shape
+    assert bool((va.sum(1) == size).all())
+    for run in range(repeats * folds):
+        i, f = divmod(run, folds)
+        seen = torch.zeros(n, dtype=torch.bool)
+        seen[vtr[run]] = True
+        assert not bool((seen & va[run]).any())                              # train and validation disjoint
+        assert not bool(((seen | va[run]) & te[run]).any())                  # the test part stays unseen
+        assert torch.equal(va[run], te[i * folds + (f + 1) % folds])         # validation = the next test part
+        in_train = torch.zeros(n, dtype=torch.bool)
+        in_train[tr[run]] = True
+        assert torch.equal(seen | va[run], in_train)                         # both come from the test run's training
+    with pytest.raises(ValueError, match="folds must be >= 3"):
+        fedsgd.cross_validation(10, folds=2, repeats=1, holdout="validation")
+    with pytest.raises(ValueError, match="holdout"):
+        fedsgd.cross_validation(10, folds=3, repeats=1, holdout="train")
+
+
+def test_cv_interval_is_the_corrected_resampled_t():
+    from scipy.stats import t as student
+
+    from ldptut.papers import cv_interval
+
+    d = pd.Series([1.0, 2.0, 0.5, 1.5, 3.0, -0.5, 1.0, 2.5, 0.0, 1.0])   # 2 x 5-fold
+    m, lo, hi = cv_interval(d, folds=5)
+    half = student.ppf(0.975, 9) * math.sqrt((1 / 10 + 1 / 4) * d.var(ddof=1))
+    assert m == pytest.approx(d.mean()) and (lo, hi) == pytest.approx((d.mean() - half, d.mean() + half))
+    naive = student.ppf(0.975, 9) * d.std(ddof=1) / math.sqrt(10)
+    assert hi - m == pytest.approx(naive * math.sqrt(1 + 10 / 4))              # wider than the naive t by sqrt(1 + J/(k-1))
+    assert cv_interval([1.0], folds=5) is None
+    with pytest.raises(ValueError, match="level"):
+        cv_interval(d, folds=5, level=1.0)
+
+
+def _fake_runs(rows):
+    """runs_table-like rows: (method, lr, holdout, accuracy) on BANK / logistic at eps 2 (private methods)."""
+    base = F.base_run("bank", "logistic", folds=5, repeats=1)
+    out = []
+    for method, lr, holdout, acc in rows:
+        c = F.method_run(method, base=base, epsilon=2.0).replace(lr=lr, holdout=holdout)
+        out.append({"config": c, "dataset": c.dataset, "model": c.model, "accuracy": acc, "method": c.method})
+    return pd.DataFrame(out)
+
+
+def test_tuned_lrs_picks_each_methods_best_on_validation_and_ignores_test():
+    runs = _fake_runs([("PM", 0.01, "validation", 80.0), ("PM", 0.1, "validation", 85.0), ("PM", 1.0, "validation", 70.0),
+                       ("PM", 1.0, "test", 99.0),                                          # a test run: never used
+                       ("PS-PM", 0.01, "validation", 88.0), ("PS-PM", 0.1, "validation", 88.0),
+                       ("PS-PM", 1.0, "validation", 89.0)])
+    t = F.tuned_lrs(runs).set_index("method")
+    assert t.loc["PM", "lr"] == 0.1 and t.loc["PM", "validation accuracy"] == 85.0 and not t.loc["PM", "at grid edge"]
+    assert t.loc["PS-PM", "lr"] == 1.0 and t.loc["PS-PM", "at grid edge"]
+    assert t.loc["PM", "tried"] == [0.01, 0.1, 1.0]
+    ties = F.tuned_lrs(_fake_runs([("PM", 1.0, "validation", 88.0), ("PM", 0.1, "validation", 88.0)]))
+    assert list(ties["lr"]) == [0.1]                                                       # ties: the smallest α
+    chosen = dict((c.method, c) for _, c in F.tuned_configs(F.tuned_lrs(runs), repeats=10))
+    assert chosen["PM"].lr == 0.1 and chosen["PS-PM"].lr == 1.0
+    assert all(c.holdout == "test" and c.repeats == 10 for c in chosen.values())
+    assert chosen["PM"] == t.loc["PM", "config"].replace(holdout="test", repeats=10)       # nothing else changes
+    with pytest.raises(ValueError, match="two validation runs"):
+        F.tuned_lrs(_fake_runs([("PM", 0.1, "validation", 80.0), ("PM", 0.1, "validation", 81.0)]))
+    assert F.tuned_lrs(pd.DataFrame()).empty
+
+
+def test_compare_says_a_sign_is_reproduced_only_where_the_interval_excludes_zero():
+    assert F._verdict(2.0, 0.5, 3.0) == "yes" and F._verdict(2.0, -0.5, 3.0) == "unclear"
+    assert F._verdict(2.0, -3.0, -0.5) == "opposite" and F._verdict(-0.16, -1.0, -0.2) == "yes"
+    assert F._verdict(2.0, None, None) == ""
+
+
 # ============================================================================================ train
 class FixedCoordinates:
     """A stub reporter: the c-th call sends coordinate coords[c] of s, unscaled, for every user; it records
@@ -418,6 +495,8 @@ def test_same_seed_same_history_and_another_seed_differs():
     (dict(selection="ps", epsilon=1.0, k_fraction=1.0), "k_fraction"),
     (dict(accumulate="alpha"), "accumulate"),
     (dict(epochs=0), "epochs"),
+    (dict(holdout="train"), "holdout"),
+    (dict(holdout="validation", folds=2), "folds"),
 ])
 def test_fedsel_run_rejects_bad_settings(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -557,7 +636,8 @@ def test_reported_is_table_3_and_compare_without_runs_says_not_run():
     assert all(r.epsilon == 2.0 and r.source == "Table 3" for r in F.REPORTED)
     out = F.compare(pd.DataFrame())
     assert len(out) == 24  # one row per (data set, model, selection): its gain and loss, 48 numbers
-    assert set(out["gain, ours"]) == {"not run"} and set(out["loss, ours"]) == {"not run"}
+    assert set(out["gain, ours [95 % CI]"]) == {"not run"} and set(out["loss, ours [95 % CI]"]) == {"not run"}
+    assert set(out["gain: sign reproduced"]) == {""}
     assert set(out["ours: runs"]) == {""}
     for _, row in out.iterrows():
         ds = next(k for k, v in F.DATASETS.items() if v["label"] == row["data set"])
@@ -566,31 +646,40 @@ def test_reported_is_table_3_and_compare_without_runs_says_not_run():
 
 
 def test_gains_losses_and_compare_from_real_runs():
-    """Three tiny syn-L runs (2-fold, one repetition, 60,000 one-record users, 100 iterations): PM, PS-PM and
-    PS-PM-C at eps = 2; gain and loss are the differences of their final accuracies in points."""
+    """Tiny syn-L runs (3-fold, one repetition, 60,000 one-record users, 100 iterations): PM, U-PM, PS-PM and
+    PS-PM-C at eps = 2; gain and loss are the differences of their final accuracies in points, and each interval is
+    the corrected resampled t of the fold-by-fold differences."""
+    from ldptut.papers import cv_interval
+
     grid = F.configs(datasets=["syn_l"], models=["logistic"], epsilons=[2.0],
-                     methods=["PM", "U-PM", "PS-PM", "PS-PM-C"], folds=2, repeats=1)
+                     methods=["PM", "U-PM", "PS-PM", "PS-PM-C"], folds=3, repeats=1)
     runner = Runner(RunCache(None, train=True), progress=False)
-    runner.record_all([("table 3", c) for _, c in grid])
-    table = runner.table("table 3")
+    table = F.runs_table(runner.record_all([("table 3", c) for _, c in grid]))
     assert len(table) == 4 and table["accuracy"].between(0, 100).all()
     acc = {c.method: a for c, a in zip(table["config"], table["accuracy"])}
+    folds = {c.method: r for c, r in zip(table["config"], table["accuracy_runs"])}
+    assert all(len(r) == 3 for r in folds.values())
+    assert all(100 * sum(folds[m]) / 3 == pytest.approx(acc[m], abs=1e-9) for m in acc)   # the mean of the folds
     gl = F.gains_losses(table)
     assert len(gl) == 3 and list(gl["selection"]) == ["EXP", "PE", "PS"]
     ps = gl[gl["selection"] == "PS"].iloc[0]
-    assert ps["gain"] == pytest.approx(acc["PS-PM-C"] - acc["PM"], abs=1e-12)
-    assert ps["loss"] == pytest.approx(acc["PS-PM-C"] - acc["PS-PM"], abs=1e-12)
-    assert ps["gain over control"] == pytest.approx(acc["PS-PM-C"] - acc["U-PM"], abs=1e-12)
+    for name, other in (("gain", "PM"), ("loss", "PS-PM"), ("gain over control", "U-PM")):
+        assert ps[name] == pytest.approx(acc["PS-PM-C"] - acc[other], abs=1e-9)
+        m, lo, hi = cv_interval([100 * (x - y) for x, y in zip(folds["PS-PM-C"], folds[other])], folds=3)
+        assert (ps[f"{name} lo"], ps[f"{name} hi"]) == pytest.approx((lo, hi)) and lo < ps[name] < hi
     assert gl[gl["selection"] != "PS"][["gain", "loss", "gain over control"]].isna().all().all()  # EXP / PE: not run
     assert F.gains_losses(table, epsilon=1.0)[["gain", "loss"]].isna().all().all()  # other eps: nothing
+    old = table.assign(accuracy_runs=[None] * len(table))                      # records stored without the folds
+    assert F.gains_losses(old)[["gain lo", "gain hi"]].isna().all().all()
     cmp = F.compare(table)
     assert len(cmp) == 24
     row = cmp[(cmp["data set"] == "syn-L-0.01-0.9") & (cmp["model"] == "logistic") & (cmp["selection"] == "PS")].iloc[0]
-    assert row["gain, ours"] == f"{ps['gain']:+.2f}" and row["loss, ours"] == f"{ps['loss']:+.2f}"
-    assert row["gain over U-PM, ours"] == f"{ps['gain over control']:+.2f}"
-    assert row["ours: runs"] == "1 x 2-fold"
+    assert row["gain, ours [95 % CI]"] == f"{ps['gain']:+.2f} [{ps['gain lo']:+.1f}, {ps['gain hi']:+.1f}]"
+    assert row["loss, ours [95 % CI]"].startswith(f"{ps['loss']:+.2f} [")
+    assert row["gain: sign reproduced"] == F._verdict(5.975, ps["gain lo"], ps["gain hi"])
+    assert row["ours: runs"] == "1 x 3-fold"
     others = cmp.drop(index=row.name)
-    assert set(others["gain, ours"]) == {"not run"} and set(others["loss, ours"]) == {"not run"}
+    assert set(others["gain, ours [95 % CI]"]) == {"not run"} and set(others["loss, ours [95 % CI]"]) == {"not run"}
 
 
 # ============================================================================================ real data

@@ -100,6 +100,9 @@ def _fedsel_notebook_runs(p):
     acc = ["PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-O", "PE-PM-O", "PS-PM-O"]
     out = [("table 3", c) for _, c in F.configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
                                                 methods=t3, mu=p["mu"], lr=p["lr"], **common)]
+    out += [("tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in F.configs(
+        datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]], methods=t3, mu=p["mu"],
+        folds=p["folds"], repeats=p["tune_repeats"], eta=p["eta"])]
     out += [("fig 2", c) for _, c in F.configs(datasets=curve, models=p["models"], epsilons=p["epsilons"], methods=f2,
                                                mu=p["mu"], lr=p["lr"], **common)]
     out += [("convergence", c.replace(eval_every=5)) for _, c in F.configs(
@@ -111,9 +114,6 @@ def _fedsel_notebook_runs(p):
             for m in p["mus"] for e in p["epsilons"]]
     out += [("fig 3b", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=["PM"],
                                                 lr=p["lr"], **common)]
-    out += [("lr", c.replace(lr=a)) for a in p["lrs"] for _, c in F.configs(
-        datasets=curve, models=first, epsilons=[p["epsilon"]], methods=["NP", "NP-K", "PM", "PS-PM", "PS-PM-C"],
-        mu=p["mu"], **common)]
     return out
 
 
@@ -125,15 +125,22 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
         g = sweep.chapter_grid("fedsel", p)
         assert _keys(g) == _keys(_fedsel_notebook_runs(p)) and [e for e, _ in g] == [e for e, _ in _fedsel_notebook_runs(p)]
         count = {e: [x for x, _ in g].count(e) for e in F.GRID_PARTS}
-        assert count == {"table 3": 72, "fig 2": 102, "convergence": 6, "fig 3a": 28, "fig 3b": 24, "lr": 20}
-        assert len(set(_keys(g))) == 229   # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2)
-    assert {c.repeats for _, c in g} == {10}
-    assert _keys(F.grid(p, parts=["lr"])) == _keys([x for x in g if x[0] == "lr"])
+        n_lrs = len(p["lrs"])
+        assert count == {"table 3": 72, "tuning": 72 * n_lrs, "fig 2": 102, "convergence": 6, "fig 3a": 28,
+                         "fig 3b": 24}
+        # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2); the tuning runs are all distinct
+        assert len(set(_keys(g))) == 214 + 72 * n_lrs
+        tuning = [c for e, c in g if e == "tuning"]
+        assert {c.holdout for c in tuning} == {"validation"} and {c.lr for c in tuning} == set(p["lrs"])
+        assert {c.holdout for e, c in g if e != "tuning"} == {"test"}
+    assert n_lrs == 10 and {c.repeats for e, c in g if e != "tuning"} == {10}
+    assert {c.repeats for e, c in g if e == "tuning"} == {2}
+    assert _keys(F.grid(p, parts=["tuning"])) == _keys([x for x in g if x[0] == "tuning"])
     with pytest.raises(ValueError, match="unknown parts"):
         F.grid(p, parts=["fig 9"])
     f = tmp_path / "p.yaml"
-    f.write_text("folds: 1\n")
-    with pytest.raises(ValueError, match="folds must be >= 2"):   # a type cannot say it: grid() checks it
+    f.write_text("folds: 2\n")
+    with pytest.raises(ValueError, match="folds must be >= 3"):   # a type cannot say it: grid() checks it
         sweep.chapter_grid("fedsel", sweep.chapter_parameters("fedsel", f))
 
 

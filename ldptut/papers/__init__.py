@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-__all__ = ["Paper", "Reported", "PAPERS", "paper_modules", "mean_std", "t_interval", "format_interval"]
+__all__ = ["Paper", "Reported", "PAPERS", "paper_modules", "mean_std", "t_interval", "cv_interval", "format_interval"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,27 @@ def t_interval(values: pd.Series, *, level: float = 0.95) -> Optional[tuple[floa
     half = float(_t.ppf((1 + level) / 2, n - 1)) * float(values.std(ddof=1)) / math.sqrt(n)
     m = float(values.mean())
     return m - half, m + half
+
+
+def cv_interval(diffs: Any, *, folds: int, level: float = 0.95) -> Optional[tuple[float, float, float]]:
+    """(mean, lo, hi): the corrected resampled t interval for a mean difference over repeated k-fold
+    cross-validation (Nadeau & Bengio, Machine Learning 52, 2003; Bouckaert & Frank, PAKDD 2004). The J = repeats x
+    folds paired differences share training data, so s²/J understates the variance; the correction uses
+    (1/J + n_test/n_train) s² = (1/J + 1/(folds - 1)) s² with t_{(1 + level)/2, J - 1}. None with fewer than two
+    differences."""
+    d = pd.Series(diffs, dtype=float)
+    n = len(d)
+    if n < 2:
+        return None
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if int(folds) < 2:
+        raise ValueError(f"folds must be >= 2, got {folds!r}")
+    from scipy.stats import t as _t
+
+    half = float(_t.ppf((1 + level) / 2, n - 1)) * math.sqrt((1 / n + 1 / (int(folds) - 1)) * float(d.var(ddof=1)))
+    m = float(d.mean())
+    return m, m - half, m + half
 
 
 def welch_interval(a: pd.Series, b: pd.Series, *, level: float = 0.95) -> Optional[tuple[float, float, float]]:

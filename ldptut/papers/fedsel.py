@@ -33,13 +33,13 @@ from ..notebooks import P
 from ..rng import generator
 from ..runconfig import RunConfig
 from ..selection import ExponentialSelection, PerturbedEncoding, PerturbedSampling
-from . import Paper, Reported
+from . import Paper, Reported, cv_interval
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare", "FedSelRun", "METHODS",
            "method_run", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
            "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run", "TABLE3_METHODS",
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
-           "LR_METHODS", "GRID_PARTS", "PARAMETERS", "check_settings", "grid"]
+           "LRS", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS"]
 
 PAPER = Paper(
     key="fedsel",
@@ -134,6 +134,9 @@ def prepare(name: str, *, seed: int = 0, device: Any = "cpu") -> tuple[torch.Ten
 
 # ------------------------------------------------------------------------------------ runs
 SELECTIONS = ("full", "random", "top", "exp", "pe", "ps", "projection", "uniform")
+#: Where a run is evaluated: "test" (the cross-validation's test fold) or "validation" (a part of the training folds,
+#: for tuning; :func:`ldptut.fedsgd.cross_validation`).
+HOLDOUTS = ("test", "validation")
 PERTURBATIONS = {"pm": Piecewise, "hm": Hybrid, "duchi": TwoPoint}
 
 
@@ -149,6 +152,9 @@ class FedSelRun(RunConfig):
     clear). ``epsilon``: per user over the training (:data:`EPSILON_UNIT`); ``control``: the "-C" groups (the
     value gets all of ε', the selection ε1 on top); ``accumulate``: "g" or "alpha_g" (the "-O" variant).
     ``n_clients`` is the number of records (users) of the data set; ``rounds`` the iterations per epoch.
+    ``holdout``: "test" (train on folds - 1 parts, evaluate on the test part) or "validation" (train on folds - 2
+    parts, evaluate on one of the training parts; the test part is never touched), for tuning.
+    The history's last row holds every run's final accuracy (``accuracy_runs``), for paired comparisons.
     """
 
     kind: ClassVar[str] = "fedsel"
@@ -168,6 +174,7 @@ class FedSelRun(RunConfig):
     folds: int = 5
     repeats: int = 10
     eval_every: int = 10
+    holdout: str = "test"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -201,6 +208,9 @@ class FedSelRun(RunConfig):
         real(self.eta, "eta", nonneg=True)
         real(self.l2, "l2", nonneg=True)
         one_of(self.accumulate, "accumulate", fedsgd.ACCUMULATE)
+        one_of(self.holdout, "holdout", HOLDOUTS)
+        if self.holdout == "validation" and self.folds < 3:
+            raise ValueError(f"holdout='validation' needs folds >= 3 (one part tests, one validates), got {self.folds}")
 
     # ---- budgets ------------------------------------------------------------------------------------
     @property
@@ -245,7 +255,8 @@ class FedSelRun(RunConfig):
 
     def label(self) -> str:
         eps = "" if self.epsilon is None else f" ε={self.epsilon:g}"
-        return f"{self.method}{eps} ({DATASETS[self.dataset]['label']}, {self.model})"
+        on = ", on validation" if self.holdout == "validation" else ""
+        return f"{self.method}{eps} ({DATASETS[self.dataset]['label']}, {self.model}, α={self.lr:g}{on})"
 
     # ---- simulator pieces ---------------------------------------------------------------------------
     def reporter(self, d: int, *, device: Any = "cpu") -> Any:
@@ -272,7 +283,8 @@ class FedSelRun(RunConfig):
             raise ValueError(f"this run has n_clients = {self.n_clients} one-record users, got {x.shape[0]} records")
         x, y = x.to(device), y.to(device)
         train_idx, test_mask = fedsgd.cross_validation(x.shape[0], folds=self.folds, repeats=self.repeats,
-                                                       seed_generator=generator(self.seed, "fedsel-cv"), device=device)
+                                                       seed_generator=generator(self.seed, "fedsel-cv"), device=device,
+                                                       holdout=self.holdout)
         m = max(1, train_idx.shape[1] // self.rounds)
         return fedsgd.train(x, y, train_idx, test_mask, reporter=self.reporter(x.shape[1], device=device),
                             model=self.model, lr=self.lr, l2=self.l2, batch_size=m, epochs=self.epochs, eta=self.eta,
@@ -348,10 +360,13 @@ CURVE_METHODS = SELECTION_ONLY + IN_CLEAR + [m for pair in FLAT_PAIRS for m in p
 CONVERGENCE_EPSILON = 4.0
 #: Fig. 3(a): g vs αg ("-O") accumulation.
 ACCUMULATION_METHODS = ["PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-O", "PE-PM-O", "PS-PM-O"]
-#: The learning-rate sensitivity check.
-LR_METHODS = ["NP", "NP-K", "PM", "PS-PM", "PS-PM-C"]
+#: The learning rates each Table 3 method is tuned over (on validation): from below 1/d (a flat report is d times
+#: a selected one, so flat PM at α/d steps like a two-stage report at α; d is 51-118 here) to 30 times the
+#: paper-silent default 1 (a two-stage report moves one coordinate, unscaled). The paper-scale parameter file uses
+#: it; the chapter's defaults a coarser grid.
+LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 #: The chapter's experiments, in the notebook's order.
-GRID_PARTS = ("table 3", "fig 2", "convergence", "fig 3a", "fig 3b", "lr")
+GRID_PARTS = ("table 3", "tuning", "fig 2", "convergence", "fig 3a", "fig 3b")
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/fedsel-paper.yaml`` the paper-scale values); :func:`check_settings` adds
@@ -361,6 +376,7 @@ PARAMETERS = {
     "models": P.list_of(P.choice("logistic", "svm")), "epsilon": P.pos_float, "epsilons": P.list_of(P.pos_float),
     "curve_dataset": P.choice("bank", "adult", "kdd99", "syn_l", "syn_h"), "folds": P.pos_int, "repeats": P.pos_int,
     "mu": P.fraction, "mus": P.list_of(P.fraction), "lr": P.pos_float, "lrs": P.list_of(P.pos_float),
+    "tune_repeats": P.pos_int,
     "eta": P.real, "accumulation_epochs": P.pos_int, "accumulation_lr": P.pos_float, "timing_dims": P.list_of(P.pos_int),
     "selection_samples": P.pos_int, "device": P.device, "run_cache": P.optional(P.string),
     "paper_runs_dir": P.optional(P.string),
@@ -368,11 +384,12 @@ PARAMETERS = {
 
 
 def check_settings(p: Mapping[str, Any]) -> None:
-    """What :data:`PARAMETERS` cannot check: cross-validation needs ``folds`` >= 2, and the value needs a budget
-    too, so ``mu`` and every ``mus`` < 1 (ValueError otherwise)."""
+    """What :data:`PARAMETERS` cannot check: cross-validation with a validation part needs ``folds`` >= 3 (one
+    part tests, one validates), and the value needs a budget too, so ``mu`` and every ``mus`` < 1 (ValueError
+    otherwise)."""
     folds, mu, mus = p["folds"], p["mu"], p["mus"]
-    if folds < 2:
-        raise ValueError(f"folds must be >= 2 for cross-validation, got {folds}")
+    if folds < 3:
+        raise ValueError(f"folds must be >= 3 (cross-validation with a validation part for tuning), got {folds}")
     if not mu < 1 or not all(m < 1 for m in mus):
         raise ValueError(f"mu and mus must be in (0, 1): the value needs a budget too; got mu = {mu}, mus = {mus}")
 
@@ -381,13 +398,17 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
     """The chapter's experiment grid from its parameters ``p`` (the notebook's names, e.g. a parameter file over the
     defaults), as (experiment, run) pairs in the notebook's order (:data:`GRID_PARTS`; ``parts`` selects some):
 
-    * "table 3": :data:`TABLE3_METHODS` on every data set and model at ``epsilon``;
+    * "table 3": :data:`TABLE3_METHODS` on every data set and model at ``epsilon``, all at one learning rate ``lr``
+      (the paper's protocol: "the same in each case");
+    * "tuning": the same methods at every learning rate of ``lrs``, each evaluated on a validation part of the
+      training folds (``holdout="validation"``, ``tune_repeats`` x ``folds``); :func:`tuned_lrs` picks each
+      method's own α and :func:`tuned_configs` gives Table 3's runs on test at it (they depend on these results,
+      so they are not in the grid);
     * "fig 2": :data:`CURVE_METHODS` on ``curve_dataset``, both models, every ε of ``epsilons``;
     * "convergence": the selections alone at :data:`CONVERGENCE_EPSILON` and the runs in clear, first model,
       evaluated every 5 iterations;
     * "fig 3a": :data:`ACCUMULATION_METHODS` over ``accumulation_epochs`` epochs at ``accumulation_lr``;
-    * "fig 3b": PS-PM at every μ of ``mus`` and ε, and flat PM at every ε;
-    * "lr": :data:`LR_METHODS` at ``epsilon`` for every learning rate of ``lrs``.
+    * "fig 3b": PS-PM at every μ of ``mus`` and ε, and flat PM at every ε.
 
     A run may serve several experiments (e.g. PM at ε = 2 on the curve data set). The chapter and
     ``python -m ldptut.sweep fedsel`` both build their runs here."""
@@ -403,6 +424,11 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
     if "table 3" in want:
         out += [("table 3", c) for _, c in configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
                                                    methods=TABLE3_METHODS, mu=p["mu"], lr=p["lr"], **common)]
+    if "tuning" in want:
+        tune = {**common, "repeats": p["tune_repeats"]}
+        out += [("tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"]
+                for _, c in configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
+                                    methods=TABLE3_METHODS, mu=p["mu"], **tune)]
     if "fig 2" in want:
         out += [("fig 2", c) for _, c in configs(datasets=curve, models=p["models"], epsilons=epsilons,
                                                  methods=CURVE_METHODS, mu=p["mu"], lr=p["lr"], **common)]
@@ -419,11 +445,41 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
                                       epsilon=e)) for m in p["mus"] for e in epsilons]
         out += [("fig 3b", c) for _, c in configs(datasets=curve, models=first, epsilons=epsilons, methods=["PM"],
                                                   lr=p["lr"], **common)]
-    if "lr" in want:
-        out += [("lr", c.replace(lr=a)) for a in p["lrs"]
-                for _, c in configs(datasets=curve, models=first, epsilons=[p["epsilon"]], methods=LR_METHODS,
-                                    mu=p["mu"], **common)]
     return out
+
+
+def tuned_lrs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each method's own learning rate, chosen on validation: from runs evaluated with ``holdout="validation"``
+    (:func:`runs_table` rows; other runs are ignored), for each (data set, model, method, ε, μ) the α of the highest
+    mean validation accuracy (ties: the smallest α). Columns: dataset, model, method, epsilon, mu, lr (the choice),
+    "validation accuracy" (%), "at grid edge" (the choice is the smallest or largest α tried: the grid may not
+    reach the best), "tried" (the α tried, ascending), config (the chosen validation run)."""
+    if runs.empty:
+        return pd.DataFrame(columns=["dataset", "model", "method", "epsilon", "mu", "lr", "validation accuracy",
+                                     "at grid edge", "tried", "config"])
+    val = runs[runs["config"].map(lambda c: c.holdout == "validation")]
+    rows = []
+    keys = val["config"].map(lambda c: (c.dataset, c.model, c.method, c.epsilon, c.mu, c.epochs, c.repeats,
+                                        c.folds))
+    for key, g in val.groupby(keys, sort=False):
+        g = g.assign(_lr=g["config"].map(lambda c: c.lr)).sort_values("_lr", kind="stable")
+        if g["_lr"].duplicated().any():
+            raise ValueError(f"two validation runs at one α for {key[2]} on {key[0]} / {key[1]}: filter them first")
+        best = g.loc[g["accuracy"].idxmax()] if g["accuracy"].notna().any() else g.iloc[0]
+        tried = list(g["_lr"])
+        rows.append({"dataset": key[0], "model": key[1], "method": key[2], "epsilon": key[3], "mu": key[4],
+                     "lr": best["_lr"], "validation accuracy": best["accuracy"],
+                     "at grid edge": len(tried) > 1 and best["_lr"] in (tried[0], tried[-1]), "tried": tried,
+                     "config": best["config"]})
+    return pd.DataFrame(rows)
+
+
+def tuned_configs(tuned: pd.DataFrame, *, repeats: int) -> list[tuple[str, FedSelRun]]:
+    """Table 3's runs on test at each method's tuned α (:func:`tuned_lrs`): the chosen validation run with
+    ``holdout="test"`` and ``repeats`` repetitions (the same folds and seed as every other test run, so the gains
+    are paired fold by fold), as ("table 3 tuned", run) pairs."""
+    pos_int(repeats, "repeats")
+    return [("table 3 tuned", c.replace(holdout="test", repeats=repeats)) for c in tuned["config"]]
 
 
 # ------------------------------------------------------------------------------------ claim checks
@@ -504,71 +560,115 @@ def selection_seconds(d: int, *, users: int = 1000, repeats: int = 5, epsilon: f
 
 
 # ------------------------------------------------------------------------------------ paper vs ours
-def table3_runs(runs: pd.DataFrame, *, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
-    """The runs at Table 3's settings: one epoch, accumulating g, the given ``lr`` and ``mu`` (a cache holds other
-    settings too, e.g. the learning-rate check)."""
+def table3_runs(runs: pd.DataFrame, *, lr: Optional[float] = LR, mu: float = 0.1) -> pd.DataFrame:
+    """The runs at Table 3's settings, evaluated on test: one epoch, accumulating g, the given ``mu`` and ``lr``
+    (a cache holds other settings too, e.g. the tuning runs); ``lr=None`` keeps every learning rate (for the runs at
+    each method's tuned α, one per method)."""
     if runs.empty:
         return runs
-    keep = runs["config"].map(lambda c: c.epochs == 1 and c.accumulate == "g" and c.lr == lr and c.mu == mu)
+    keep = runs["config"].map(lambda c: c.epochs == 1 and c.accumulate == "g" and c.mu == mu
+                              and c.holdout == "test" and (lr is None or c.lr == lr))
     return runs[keep]
 
 
-def _acc(runs: pd.DataFrame, ds: str, model: str, method: str, eps: float) -> Optional[float]:
+def _cell(runs: pd.DataFrame, ds: str, model: str, method: str, eps: float) -> Optional[pd.Series]:
     sel = runs[(runs["dataset"] == ds) & (runs["model"] == model)]
     sel = sel[sel["config"].map(lambda c: c.method == method and c.epsilon == eps)]
     if len(sel) > 1:
         raise ValueError(f"{len(sel)} runs of {method} at ε = {eps:g} on {ds} / {model}: filter them first "
                          "(table3_runs)")
-    return None if sel.empty else float(sel["accuracy"].iloc[0])
+    return None if sel.empty else sel.iloc[0]
 
 
-def gains_losses(runs: pd.DataFrame, *, epsilon: float = 2.0, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
-    """Table 3 from runs (a Runner table or ``runcache.load_runs``) at ``lr`` and ``mu`` (:func:`table3_runs`):
-    for each (data set, model) and X in EXP / PE / PS, gain = acc(X-PM-C) - acc(PM) and
-    loss = acc(X-PM-C) - acc(X-PM), in points, at ``epsilon``; and the gain over the control,
-    acc(X-PM-C) - acc(U-PM): the same two-stage report (not rescaled by d, accumulator kept, the whole ε' on the
-    value) with a uniformly random index, so what is left is what the private selection itself adds (None where
-    the control was not run)."""
+def _difference(a: Optional[pd.Series], b: Optional[pd.Series]) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    """acc(a) - acc(b) in points, and its 95 % interval paired fold by fold (:func:`ldptut.papers.cv_interval`)
+    where both runs hold their per-fold accuracies over the same folds (None otherwise)."""
+    if a is None or b is None:
+        return None, None, None
+    diff = float(a["accuracy"]) - float(b["accuracy"])
+    ra, rb = a.get("accuracy_runs"), b.get("accuracy_runs")
+    ca, cb = a["config"], b["config"]
+    paired = (isinstance(ra, list) and isinstance(rb, list) and len(ra) == len(rb) > 1
+              and (ca.seed, ca.folds, ca.repeats, ca.holdout) == (cb.seed, cb.folds, cb.repeats, cb.holdout))
+    if not paired:
+        return diff, None, None
+    _, lo, hi = cv_interval([100 * (x - y) for x, y in zip(ra, rb)], folds=ca.folds)
+    return diff, lo, hi
+
+
+def gains_losses(runs: pd.DataFrame, *, epsilon: float = 2.0, lr: Optional[float] = LR, mu: float = 0.1) -> pd.DataFrame:
+    """Table 3 from runs (:func:`runs_table` rows) at ``lr`` and ``mu`` (:func:`table3_runs`; ``lr=None``: each
+    method's own α, one run per method): for each (data set, model) and X in EXP / PE / PS, gain =
+    acc(X-PM-C) - acc(PM) and loss = acc(X-PM-C) - acc(X-PM), in points, at ``epsilon``; and the gain over the
+    control, acc(X-PM-C) - acc(U-PM): the same two-stage report (not rescaled by d, accumulator kept, the whole ε'
+    on the value) with a uniformly random index, so what is left is what the private selection itself adds (None
+    where a run is missing). Each difference has a 95 % interval ("... lo", "... hi"), paired over the
+    cross-validation runs with the corrected resampled t (:func:`ldptut.papers.cv_interval`); None where the
+    records hold no per-run accuracies (runs stored before they were kept)."""
     runs = table3_runs(runs, lr=lr, mu=mu)
     rows = []
     for (ds, model), _ in runs.groupby(["dataset", "model"], sort=False):
-        control = _acc(runs, ds, model, "U-PM", epsilon)
+        control = _cell(runs, ds, model, "U-PM", epsilon)
         for sel in ("EXP", "PE", "PS"):
-            c, flat, two = (_acc(runs, ds, model, m, epsilon) for m in (f"{sel}-PM-C", "PM", f"{sel}-PM"))
-            rows.append({"dataset": ds, "model": model, "selection": sel,
-                         "gain": None if c is None or flat is None else c - flat,
-                         "loss": None if c is None or two is None else c - two,
-                         "gain over control": None if c is None or control is None else c - control})
+            c, flat, two = (_cell(runs, ds, model, m, epsilon) for m in (f"{sel}-PM-C", "PM", f"{sel}-PM"))
+            row = {"dataset": ds, "model": model, "selection": sel}
+            for name, other in (("gain", flat), ("loss", two), ("gain over control", control)):
+                row[name], row[f"{name} lo"], row[f"{name} hi"] = _difference(c, other)
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
-def compare(runs: pd.DataFrame, *, lr: float = LR, mu: float = 0.1) -> pd.DataFrame:
-    """Table 3 (paper) beside ours (:func:`gains_losses` at ε = 2 per user, one epoch, ``lr``, ``mu``), one row per
-    data set, model and selection, with our gain over the uniform-index control U-PM (the paper has none); "not
-    run" where we have no runs."""
+def _with_interval(v: Any, lo: Any, hi: Any) -> str:
+    if v is None or pd.isna(v):
+        return "not run"
+    if lo is None or pd.isna(lo):
+        return f"{v:+.2f}"
+    return f"{v:+.2f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+def _verdict(paper: float, lo: Any, hi: Any) -> str:
+    """"yes" when our 95 % interval excludes 0 on the paper's side, "opposite" when it excludes 0 on the other
+    side, "unclear" when it contains 0, "" without an interval."""
+    if lo is None or pd.isna(lo):
+        return ""
+    if lo > 0 or hi < 0:
+        return "yes" if (lo > 0) == (paper > 0) else "opposite"
+    return "unclear"
+
+
+def compare(runs: pd.DataFrame, *, lr: Optional[float] = LR, mu: float = 0.1) -> pd.DataFrame:
+    """Table 3 (paper) beside ours (:func:`gains_losses` at ε = 2 per user, one epoch, ``lr`` for every method, or
+    ``lr=None`` for the runs at each method's tuned α), one row per data set, model and selection: each of our
+    differences with its paired 95 % interval, "gain: sign reproduced" ("yes" only where the interval excludes 0 on
+    the paper's side; "unclear" where it contains 0), and our gain over the uniform-index control U-PM (the paper
+    has none); "not run" where we have no runs."""
     runs = table3_runs(runs, lr=lr, mu=mu)
-    ours = gains_losses(runs, lr=lr, mu=mu) if len(runs) else pd.DataFrame(
-        columns=["dataset", "model", "selection", "gain", "loss", "gain over control"])
+    cols = ["dataset", "model", "selection"] + [f"{n}{s}" for n in ("gain", "loss", "gain over control")
+                                                for s in ("", " lo", " hi")]
+    ours = gains_losses(runs, lr=lr, mu=mu) if len(runs) else pd.DataFrame(columns=cols)
     rows = []
     for ds, model, *vals in _TABLE3:
         for i, sel in enumerate(("EXP", "PE", "PS")):
             o = ours[(ours["dataset"] == ds) & (ours["model"] == model) & (ours["selection"] == sel)]
-            fmt = lambda v: "not run" if o.empty or v is None or pd.isna(v) else f"{v:+.2f}"  # noqa: E731
+            get = lambda name: (None, None, None) if o.empty else tuple(o[name + s].iloc[0] for s in ("", " lo", " hi"))  # noqa: E731
             n = ""
             if not o.empty:
                 c = runs[(runs["dataset"] == ds) & (runs["model"] == model)]["config"].iloc[0]
                 n = f"{c.repeats} x {c.folds}-fold"
+            gain = get("gain")
             rows.append({"data set": DATASETS[ds]["label"], "model": model, "selection": sel,
-                         "gain, paper": vals[2 * i], "gain, ours": fmt(None if o.empty else o["gain"].iloc[0]),
-                         "loss, paper": vals[2 * i + 1], "loss, ours": fmt(None if o.empty else o["loss"].iloc[0]),
-                         "gain over U-PM, ours": fmt(None if o.empty else o["gain over control"].iloc[0]),
+                         "gain, paper": vals[2 * i], "gain, ours [95 % CI]": _with_interval(*gain),
+                         "gain: sign reproduced": _verdict(vals[2 * i], gain[1], gain[2]),
+                         "loss, paper": vals[2 * i + 1], "loss, ours [95 % CI]": _with_interval(*get("loss")),
+                         "gain over U-PM, ours [95 % CI]": _with_interval(*get("gain over control")),
                          "ours: runs": n})
     return pd.DataFrame(rows)
 
 
 def runs_table(records: Iterable[Any]) -> pd.DataFrame:
     """:func:`ldptut.runcache.records_table` of FedSel records plus ``method``, ``accuracy_std`` (sample std over
-    the R cross-validation runs, points) and ``misclassification`` (%), the paper's Fig. 2 axis."""
+    the R cross-validation runs, points), ``accuracy_runs`` (the R runs' final accuracies in [0, 1], a list; None for
+    records stored before they were kept) and ``misclassification`` (%), the paper's Fig. 2 axis."""
     from ..runcache import records_table
 
     records = list(records)
@@ -577,5 +677,13 @@ def runs_table(records: Iterable[Any]) -> pd.DataFrame:
         return t
     t["method"] = t["config"].map(lambda c: c.method)
     t["accuracy_std"] = [100 * float(r.history["accuracy_std"].iloc[-1]) for r in records]
+    t["accuracy_runs"] = [_runs_of(r.history) for r in records]
     t["misclassification"] = 100 - t["accuracy"]
     return t
+
+
+def _runs_of(history: pd.DataFrame) -> Optional[list]:
+    if "accuracy_runs" not in history:
+        return None
+    v = history["accuracy_runs"].iloc[-1]
+    return [float(a) for a in v] if isinstance(v, (list, tuple)) else None
