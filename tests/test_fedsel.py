@@ -321,6 +321,23 @@ def test_tuned_lrs_picks_each_methods_best_on_validation_and_ignores_test():
     assert F.tuned_lrs(pd.DataFrame()).empty
 
 
+def test_dim_replaces_the_synthetic_data_sets_d_and_tuning_keeps_each_d_apart():
+    x, y = F.prepare("syn_l", dim=7)
+    x0, y0 = F.prepare("syn_l")
+    assert x.shape == (60000, 7) and x0.shape == (60000, 100) and y.shape == y0.shape
+    assert torch.equal(x, D.sparse_synthetic(60000, 7, c1=0.01, c2=0.9, seed=0)[0])
+    with pytest.raises(ValueError, match="synthetic"):
+        F.prepare("bank", dim=7)
+    runs = _fake_runs([("PM", 0.01, "validation", 80.0), ("PM", 0.1, "validation", 70.0)])
+    runs = pd.concat([runs, runs.assign(config=[c.replace(dataset="syn_l", dim=50) for c in runs["config"]],
+                                        dataset="syn_l", accuracy=[60.0, 65.0])], ignore_index=True)
+    runs = pd.concat([runs, runs.iloc[2:].assign(config=[c.replace(dim=25) for c in runs["config"].iloc[2:]],
+                                                 accuracy=[66.0, 61.0])], ignore_index=True)
+    t = F.tuned_lrs(runs)
+    assert sorted(zip(t["config"].map(lambda c: str(c.dim)), t["lr"])) == [("25", 0.01), ("50", 0.1), ("None", 0.01)]
+    assert {c.dim for _, c in F.tuned_configs(t, repeats=3, experiment="d sweep")} == {None, 25, 50}
+
+
 def test_compare_says_a_sign_is_reproduced_only_where_the_interval_excludes_zero():
     assert F._verdict(2.0, 0.5, 3.0) == "yes" and F._verdict(2.0, -0.5, 3.0) == "unclear"
     assert F._verdict(2.0, -3.0, -0.5) == "opposite" and F._verdict(-0.16, -1.0, -0.2) == "yes"
@@ -497,6 +514,9 @@ def test_same_seed_same_history_and_another_seed_differs():
     (dict(epochs=0), "epochs"),
     (dict(holdout="train"), "holdout"),
     (dict(holdout="validation", folds=2), "folds"),
+    (dict(dim=1), "dim"),
+    (dict(dim=0), "dim"),
+    (dict(dataset="bank", n_clients=45211, dim=20), "synthetic"),
 ])
 def test_fedsel_run_rejects_bad_settings(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -114,6 +114,10 @@ def _fedsel_notebook_runs(p):
             for m in p["mus"] for e in p["epsilons"]]
     out += [("fig 3b", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=["PM"],
                                                 lr=p["lr"], **common)]
+    out += [("d sweep", c.replace(lr=a, holdout="validation", dim=d)) for d in p["dims"] for a in p["lrs"]
+            for _, c in F.configs(datasets=["syn_l"], models=first, epsilons=[p["epsilon"]],
+                                  methods=["NP", "PM", "U-PM", "EXP-PM", "PS-PM"], mu=p["mu"], folds=p["folds"],
+                                  repeats=p["tune_repeats"], eta=p["eta"])]
     return out
 
 
@@ -126,15 +130,19 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
         assert _keys(g) == _keys(_fedsel_notebook_runs(p)) and [e for e, _ in g] == [e for e, _ in _fedsel_notebook_runs(p)]
         count = {e: [x for x, _ in g].count(e) for e in F.GRID_PARTS}
         n_lrs = len(p["lrs"])
+        n_dims = len(p["dims"])
         assert count == {"table 3": 72, "tuning": 72 * n_lrs, "fig 2": 102, "convergence": 6, "fig 3a": 28,
-                         "fig 3b": 24}
-        # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2); the tuning runs are all distinct
-        assert len(set(_keys(g))) == 214 + 72 * n_lrs
-        tuning = [c for e, c in g if e == "tuning"]
+                         "fig 3b": 24, "d sweep": 5 * n_lrs * n_dims}
+        # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2); the tuning runs are all distinct, and
+        # so are the sweep's over d (each has its own d, even d = 100, syn-L's own)
+        assert len(set(_keys(g))) == 214 + 72 * n_lrs + 5 * n_lrs * n_dims
+        assert {c.dim for e, c in g if e == "d sweep"} == set(p["dims"])
+        assert {c.dim for e, c in g if e != "d sweep"} == {None}
+        tuning = [c for e, c in g if e in ("tuning", "d sweep")]
         assert {c.holdout for c in tuning} == {"validation"} and {c.lr for c in tuning} == set(p["lrs"])
-        assert {c.holdout for e, c in g if e != "tuning"} == {"test"}
-    assert n_lrs == 10 and {c.repeats for e, c in g if e != "tuning"} == {10}
-    assert {c.repeats for e, c in g if e == "tuning"} == {2}
+        assert {c.holdout for e, c in g if e not in ("tuning", "d sweep")} == {"test"}
+    assert n_lrs == 10 and n_dims == 5 and {c.repeats for e, c in g if e not in ("tuning", "d sweep")} == {10}
+    assert {c.repeats for e, c in g if e in ("tuning", "d sweep")} == {2}
     assert _keys(F.grid(p, parts=["tuning"])) == _keys([x for x in g if x[0] == "tuning"])
     with pytest.raises(ValueError, match="unknown parts"):
         F.grid(p, parts=["fig 9"])

@@ -39,7 +39,8 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare
            "method_run", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
            "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run", "TABLE3_METHODS",
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
-           "LRS", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS"]
+           "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
+           "plot_tuning", "dim_table", "plot_dim_sweep"]
 
 PAPER = Paper(
     key="fedsel",
@@ -102,7 +103,7 @@ REPORTED = [
 
 
 # ------------------------------------------------------------------------------------ data
-def prepare(name: str, *, seed: int = 0, device: Any = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def prepare(name: str, *, seed: int = 0, device: Any = "cpu", dim: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The records of data set ``name`` (:data:`DATASETS`) as FedSel's users hold them: (x (n, d), y (n,) in {-1, +1}).
 
     Real data: the package's loader (numeric columns standardised, categorical one-hot; train and test
@@ -113,12 +114,16 @@ def prepare(name: str, *, seed: int = 0, device: Any = "cpu") -> tuple[torch.Ten
     file, as the paper's count. Synthetic: :func:`ldptut.data.sparse_synthetic` at the generator's own
     scale (entries N(0, 1) or 0.01 N(0, 1); values beyond [-1, 1] are clipped by the value perturbation).
     Dividing the synthetic features by their largest |value| (about 4.5) as well shrinks every gradient
-    about 4.5 times against the same noise; the chapter shows what that does.
+    about 4.5 times against the same noise; the chapter shows what that does. ``dim`` (synthetic data only) replaces
+    the data set's d, the same records and generator otherwise (the sweep over d).
     """
     one_of(name, "dataset", sorted(DATASETS))
     spec = DATASETS[name]
+    if dim is not None and not name.startswith("syn"):
+        raise ValueError(f"dim applies to the synthetic data sets only (syn_l, syn_h), not {name!r}")
     if name.startswith("syn"):
-        x, y = _data.sparse_synthetic(spec["records"], spec["paper_d"], c1=spec["c1"], c2=spec["c2"], seed=seed)
+        d = spec["paper_d"] if dim is None else pos_int(dim, "dim")
+        x, y = _data.sparse_synthetic(spec["records"], d, c1=spec["c1"], c2=spec["c2"], seed=seed)
     else:
         kw = {"binary": True} if name == "kdd99" else {}
         ds = _data.load_dataset(name, **kw)
@@ -154,6 +159,7 @@ class FedSelRun(RunConfig):
     ``n_clients`` is the number of records (users) of the data set; ``rounds`` the iterations per epoch.
     ``holdout``: "test" (train on folds - 1 parts, evaluate on the test part) or "validation" (train on folds - 2
     parts, evaluate on one of the training parts; the test part is never touched), for tuning.
+    ``dim``: the synthetic data's d instead of the data set's (the sweep over d; None: the data set's own).
     The history's last row holds every run's final accuracy (``accuracy_runs``), for paired comparisons.
     """
 
@@ -175,6 +181,7 @@ class FedSelRun(RunConfig):
     repeats: int = 10
     eval_every: int = 10
     holdout: str = "test"
+    dim: Optional[int] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -209,6 +216,11 @@ class FedSelRun(RunConfig):
         real(self.l2, "l2", nonneg=True)
         one_of(self.accumulate, "accumulate", fedsgd.ACCUMULATE)
         one_of(self.holdout, "holdout", HOLDOUTS)
+        if self.dim is not None:
+            if not self.dataset.startswith("syn"):
+                raise ValueError(f"dim applies to the synthetic data sets only, not {self.dataset!r}")
+            if pos_int(self.dim, "dim") < 2:
+                raise ValueError(f"dim must be >= 2, got {self.dim}")
         if self.holdout == "validation" and self.folds < 3:
             raise ValueError(f"holdout='validation' needs folds >= 3 (one part tests, one validates), got {self.folds}")
 
@@ -256,7 +268,8 @@ class FedSelRun(RunConfig):
     def label(self) -> str:
         eps = "" if self.epsilon is None else f" ε={self.epsilon:g}"
         on = ", on validation" if self.holdout == "validation" else ""
-        return f"{self.method}{eps} ({DATASETS[self.dataset]['label']}, {self.model}, α={self.lr:g}{on})"
+        dim = "" if self.dim is None else f", d={self.dim}"
+        return f"{self.method}{eps} ({DATASETS[self.dataset]['label']}{dim}, {self.model}, α={self.lr:g}{on})"
 
     # ---- simulator pieces ---------------------------------------------------------------------------
     def reporter(self, d: int, *, device: Any = "cpu") -> Any:
@@ -292,13 +305,13 @@ class FedSelRun(RunConfig):
                             eval_every=self.eval_every, progress=progress, desc=self.label())
 
     def group_key(self) -> Any:
-        return (self.dataset,)
+        return (self.dataset, self.dim)
 
     @classmethod
     def train_group(cls, configs: Sequence["FedSelRun"], *, runner: Any) -> list[pd.DataFrame]:
         out = []
         for c in configs:
-            x, y = runner.memo(("fedsel-data", c.dataset), lambda: prepare(c.dataset))
+            x, y = runner.memo(("fedsel-data", c.dataset, c.dim), lambda: prepare(c.dataset, dim=c.dim))
             res = c.simulate(x, y, device=runner.device, progress=runner.progress)
             out.append(res.history.rename(columns={"iteration": "round"}))
         return out
@@ -365,8 +378,12 @@ ACCUMULATION_METHODS = ["PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-O", "PE-PM-O",
 #: paper-silent default 1 (a two-stage report moves one coordinate, unscaled). The paper-scale parameter file uses
 #: it; the chapter's defaults a coarser grid.
 LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
+#: The sweep over d (Table 1, Theorem 4.1: the two-stage report's noise and required batch size grow more slowly
+#: with d than the flat one's): synthetic data at each d of ``dims``, these methods, each at its own tuned α.
+DIM_METHODS = ["NP", "PM", "U-PM", "EXP-PM", "PS-PM"]
+DIM_DATASET = "syn_l"
 #: The chapter's experiments, in the notebook's order.
-GRID_PARTS = ("table 3", "tuning", "fig 2", "convergence", "fig 3a", "fig 3b")
+GRID_PARTS = ("table 3", "tuning", "fig 2", "convergence", "fig 3a", "fig 3b", "d sweep")
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/fedsel-paper.yaml`` the paper-scale values); :func:`check_settings` adds
@@ -376,7 +393,7 @@ PARAMETERS = {
     "models": P.list_of(P.choice("logistic", "svm")), "epsilon": P.pos_float, "epsilons": P.list_of(P.pos_float),
     "curve_dataset": P.choice("bank", "adult", "kdd99", "syn_l", "syn_h"), "folds": P.pos_int, "repeats": P.pos_int,
     "mu": P.fraction, "mus": P.list_of(P.fraction), "lr": P.pos_float, "lrs": P.list_of(P.pos_float),
-    "tune_repeats": P.pos_int,
+    "tune_repeats": P.pos_int, "dims": P.list_of(P.pos_int),
     "eta": P.real, "accumulation_epochs": P.pos_int, "accumulation_lr": P.pos_float, "timing_dims": P.list_of(P.pos_int),
     "selection_samples": P.pos_int, "device": P.device, "run_cache": P.optional(P.string),
     "paper_runs_dir": P.optional(P.string),
@@ -408,7 +425,9 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
     * "convergence": the selections alone at :data:`CONVERGENCE_EPSILON` and the runs in clear, first model,
       evaluated every 5 iterations;
     * "fig 3a": :data:`ACCUMULATION_METHODS` over ``accumulation_epochs`` epochs at ``accumulation_lr``;
-    * "fig 3b": PS-PM at every μ of ``mus`` and ε, and flat PM at every ε.
+    * "fig 3b": PS-PM at every μ of ``mus`` and ε, and flat PM at every ε;
+    * "d sweep": :data:`DIM_METHODS` on :data:`DIM_DATASET` at every d of ``dims``, first model, ``epsilon``, every α
+      of ``lrs`` on validation (``tune_repeats``); :func:`tuned_configs` gives their test runs.
 
     A run may serve several experiments (e.g. PM at ε = 2 on the curve data set). The chapter and
     ``python -m ldptut.sweep fedsel`` both build their runs here."""
@@ -445,6 +464,11 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
                                       epsilon=e)) for m in p["mus"] for e in epsilons]
         out += [("fig 3b", c) for _, c in configs(datasets=curve, models=first, epsilons=epsilons, methods=["PM"],
                                                   lr=p["lr"], **common)]
+    if "d sweep" in want:
+        tune = {**common, "repeats": p["tune_repeats"]}
+        out += [("d sweep", c.replace(lr=a, holdout="validation", dim=d)) for d in p["dims"] for a in p["lrs"]
+                for _, c in configs(datasets=[DIM_DATASET], models=first, epsilons=[p["epsilon"]], methods=DIM_METHODS,
+                                    mu=p["mu"], **tune)]
     return out
 
 
@@ -453,33 +477,34 @@ def tuned_lrs(runs: pd.DataFrame) -> pd.DataFrame:
     (:func:`runs_table` rows; other runs are ignored), for each (data set, model, method, ε, μ) the α of the highest
     mean validation accuracy (ties: the smallest α). Columns: dataset, model, method, epsilon, mu, lr (the choice),
     "validation accuracy" (%), "at grid edge" (the choice is the smallest or largest α tried: the grid may not
-    reach the best), "tried" (the α tried, ascending), config (the chosen validation run)."""
+    reach the best), "tried" (the α tried, ascending), config (the chosen validation run); runs over another
+    ``dim`` are tuned separately (column dim)."""
     if runs.empty:
-        return pd.DataFrame(columns=["dataset", "model", "method", "epsilon", "mu", "lr", "validation accuracy",
+        return pd.DataFrame(columns=["dataset", "model", "method", "epsilon", "mu", "dim", "lr", "validation accuracy",
                                      "at grid edge", "tried", "config"])
     val = runs[runs["config"].map(lambda c: c.holdout == "validation")]
     rows = []
     keys = val["config"].map(lambda c: (c.dataset, c.model, c.method, c.epsilon, c.mu, c.epochs, c.repeats,
-                                        c.folds))
+                                        c.folds, c.dim))
     for key, g in val.groupby(keys, sort=False):
         g = g.assign(_lr=g["config"].map(lambda c: c.lr)).sort_values("_lr", kind="stable")
         if g["_lr"].duplicated().any():
             raise ValueError(f"two validation runs at one α for {key[2]} on {key[0]} / {key[1]}: filter them first")
         best = g.loc[g["accuracy"].idxmax()] if g["accuracy"].notna().any() else g.iloc[0]
         tried = list(g["_lr"])
-        rows.append({"dataset": key[0], "model": key[1], "method": key[2], "epsilon": key[3], "mu": key[4],
+        rows.append({"dataset": key[0], "model": key[1], "method": key[2], "epsilon": key[3], "mu": key[4], "dim": key[8],
                      "lr": best["_lr"], "validation accuracy": best["accuracy"],
                      "at grid edge": len(tried) > 1 and best["_lr"] in (tried[0], tried[-1]), "tried": tried,
                      "config": best["config"]})
     return pd.DataFrame(rows)
 
 
-def tuned_configs(tuned: pd.DataFrame, *, repeats: int) -> list[tuple[str, FedSelRun]]:
+def tuned_configs(tuned: pd.DataFrame, *, repeats: int, experiment: str = "table 3 tuned") -> list[tuple[str, FedSelRun]]:
     """Table 3's runs on test at each method's tuned α (:func:`tuned_lrs`): the chosen validation run with
     ``holdout="test"`` and ``repeats`` repetitions (the same folds and seed as every other test run, so the gains
-    are paired fold by fold), as ("table 3 tuned", run) pairs."""
+    are paired fold by fold), as (``experiment``, run) pairs."""
     pos_int(repeats, "repeats")
-    return [("table 3 tuned", c.replace(holdout="test", repeats=repeats)) for c in tuned["config"]]
+    return [(experiment, c.replace(holdout="test", repeats=repeats)) for c in tuned["config"]]
 
 
 # ------------------------------------------------------------------------------------ claim checks
@@ -687,3 +712,87 @@ def _runs_of(history: pd.DataFrame) -> Optional[list]:
         return None
     v = history["accuracy_runs"].iloc[-1]
     return [float(a) for a in v] if isinstance(v, (list, tuple)) else None
+
+
+def plot_tuning(runs: pd.DataFrame, *, model: str, majority: Optional[Mapping[str, float]] = None) -> Any:
+    """Validation accuracy (%) against the learning rate α (log axis), one panel per data set of ``runs`` (the
+    "tuning" runs, :func:`runs_table` rows) for ``model``, one line per method, each method's chosen α
+    (:func:`tuned_lrs`) circled; ``majority`` (data set -> %) draws the constant classifier's rate. Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+
+    val = runs[runs["config"].map(lambda c: c.holdout == "validation" and c.model == model)]
+    datasets = list(dict.fromkeys(val["dataset"]))
+    if not datasets:
+        raise ValueError(f"no validation runs for model {model!r}")
+    tuned = tuned_lrs(val)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(3.4 * len(datasets), 3.6), squeeze=False, sharey=False)
+    styles = ["-", "--", ":", "-."]
+    for ax, ds in zip(axes[0], datasets):
+        t = val[val["dataset"] == ds].assign(lr=lambda f: f["config"].map(lambda c: c.lr))
+        for i, method in enumerate(m for m in TABLE3_METHODS if m in set(t["method"])):
+            line = t[t["method"] == method].sort_values("lr")
+            (h,) = ax.plot(line["lr"], line["accuracy"], ls=styles[i % 4], marker="os^vDx<>P"[i % 9], ms=4, lw=1.2,
+                           label=method)
+            pick = tuned[(tuned["dataset"] == ds) & (tuned["method"] == method)]
+            if len(pick):
+                ax.plot(pick["lr"], pick["validation accuracy"], "o", mfc="none", mec=h.get_color(), ms=10, mew=1.2)
+        if majority and ds in majority:
+            ax.axhline(majority[ds], color="tab:red", lw=0.8, ls="--", label="majority class")
+        ax.set(xscale="log", xlabel="learning rate α", title=f"{DATASETS[ds]['label']}, {model}")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("validation accuracy (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def dim_table(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = (("PS-PM", "PM"), ("PS-PM", "U-PM"),
+                                                                         ("EXP-PM", "U-PM"), ("U-PM", "PM"))) -> pd.DataFrame:
+    """The sweep over d on test (:func:`runs_table` rows with ``dim`` set, one run per method and d, e.g. at each
+    method's tuned α): per d, each method's mean test accuracy (%) and, per pair (a, b) of ``pairs``,
+    acc(a) - acc(b) in points with its 95 % interval paired over the folds (:func:`ldptut.papers.cv_interval`)."""
+    t = runs[runs["config"].map(lambda c: c.dim is not None and c.holdout == "test")]
+    rows = []
+    for d in sorted({c.dim for c in t["config"]}):
+        at = t[t["config"].map(lambda c: c.dim == d)]
+        row: dict[str, Any] = {"d": d}
+        cells = {}
+        for method in dict.fromkeys(at["method"]):
+            sel = at[at["method"] == method]
+            if len(sel) > 1:
+                raise ValueError(f"{len(sel)} runs of {method} at d = {d}: give one per method (e.g. the tuned ones)")
+            cells[method] = sel.iloc[0]
+            row[method] = float(sel["accuracy"].iloc[0])
+        for a, b in pairs:
+            diff, lo, hi = _difference(cells.get(a), cells.get(b))
+            row[f"{a} − {b}"] = _with_interval(diff, lo, hi)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_dim_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = tuple(DIM_METHODS)) -> Any:
+    """Test accuracy (%) against d (log axis) for each method of the sweep over d (:func:`dim_table`'s runs), mean
+    ± std over the cross-validation runs. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    t = runs[runs["config"].map(lambda c: c.dim is not None and c.holdout == "test")]
+    t = t.assign(d=t["config"].map(lambda c: c.dim))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    present = [m for m in methods if m in set(t["method"])]
+    for i, m in enumerate(present):
+        line = t[t["method"] == m].sort_values("d")
+        shift = 1.03 ** (i - (len(present) - 1) / 2)   # keep coinciding points visible
+        ax.errorbar(line["d"] * shift, line["accuracy"], yerr=line["accuracy_std"], marker="os^vD"[i % 5],
+                    ls=["-", "--", ":", "-."][i % 4], capsize=2, label=m)
+    ds = sorted(set(t["d"]))
+    ax.set_xscale("log")
+    ax.set_xticks(ds, [str(d) for d in ds])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.set(xlabel="d (dimensions of the synthetic data)", ylabel="test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
