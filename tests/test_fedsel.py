@@ -751,3 +751,16 @@ def test_the_uniform_index_control_is_the_two_stage_report_with_a_random_index()
     mean, jj = fedsgd.SelectedCoordinate(fedsgd.UniformIndex()).report(s, s, generator(1, "u"))
     assert float(mean.sum(-1).max()) == pytest.approx(0.5)                 # one unscaled value per user, averaged
     assert float(fedsgd.RandomCoordinate().report(s, s, generator(1, "u"))[0].sum(-1).max()) == pytest.approx(5.0)
+
+
+def test_the_uniform_control_at_alpha_is_flat_pm_at_alpha_over_d_with_one_report_per_user():
+    """With one epoch (one report per user, no accumulator), U-PM's unscaled report at learning rate α moves the
+    model exactly as flat PM's report, d times larger, at α / d: same index, same noise, same steps. So a gain of a
+    two-stage method over flat PM at one shared α can be the step size alone; the control takes it out."""
+    x, y = D.sparse_synthetic(2000, 20, c1=0.01, c2=0.9)
+    u = _run(selection="uniform", perturbation="pm", epsilon=2.0, lr=1.0).simulate(x, y, progress=False)
+    pm = _run(selection="random", perturbation="pm", epsilon=2.0, lr=1.0 / 20).simulate(x, y, progress=False)
+    assert torch.allclose(u.weights, pm.weights, rtol=1e-5, atol=1e-6)
+    assert torch.equal(u.final, pm.final)
+    other = _run(selection="random", perturbation="pm", epsilon=2.0, lr=1.0).simulate(x, y, progress=False)
+    assert not torch.allclose(u.weights, other.weights, rtol=1e-2)   # at the same α they differ
