@@ -586,12 +586,13 @@ def selection_seconds(d: int, *, users: int = 1000, repeats: int = 5, epsilon: f
 
 # ------------------------------------------------------------------------------------ paper vs ours
 def table3_runs(runs: pd.DataFrame, *, lr: Optional[float] = LR, mu: float = 0.1) -> pd.DataFrame:
-    """The runs at Table 3's settings, evaluated on test: one epoch, accumulating g, the given ``mu`` and ``lr``
+    """The runs at Table 3's settings, evaluated on test: one epoch, accumulating g, the data sets' own d (not the
+    sweep over d), the given ``mu`` and ``lr``
     (a cache holds other settings too, e.g. the tuning runs); ``lr=None`` keeps every learning rate (for the runs at
     each method's tuned α, one per method)."""
     if runs.empty:
         return runs
-    keep = runs["config"].map(lambda c: c.epochs == 1 and c.accumulate == "g" and c.mu == mu
+    keep = runs["config"].map(lambda c: c.epochs == 1 and c.accumulate == "g" and c.mu == mu and c.dim is None
                               and c.holdout == "test" and (lr is None or c.lr == lr))
     return runs[keep]
 
@@ -760,7 +761,8 @@ def dim_table(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = (("PS-PM
         at = t[t["config"].map(lambda c: c.dim == d)]
         row: dict[str, Any] = {"d": d}
         cells = {}
-        for method in dict.fromkeys(at["method"]):
+        present = set(at["method"])
+        for method in [m for m in DIM_METHODS if m in present] + sorted(present - set(DIM_METHODS)):
             sel = at[at["method"] == method]
             if len(sel) > 1:
                 raise ValueError(f"{len(sel)} runs of {method} at d = {d}: give one per method (e.g. the tuned ones)")
