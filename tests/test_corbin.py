@@ -409,3 +409,38 @@ def test_a_colluding_partner_who_knows_the_shared_index_sees_more_than_the_joint
     mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=5)
     joint = max(corbin.joint_view_loss(mech, xp, grid=101)["δ at ε"] for xp in (-1.0, -0.5, 0.0, 0.5, 1.0))
     assert corbin.colluding_view_loss(mech, grid=101)["δ at ε"] >= joint - 1e-12
+
+
+def test_authors_code_rounds_runs_their_main_with_their_mnist_command_and_reads_its_csv(tmp_path):
+    """A stand-in for the authors' main.py records its argv and writes a results CSV the way theirs does; the function
+    passes their MNIST command (Experiments/MNIST_*.sh, on the CPU) and returns the per-round test accuracy."""
+    (tmp_path / "main.py").write_text(
+        "import json, os, sys\n"
+        "args = sys.argv[1:]\n"
+        "name = args[args.index('--method') + 1]\n"
+        "rounds = int(args[args.index('--num_rounds') + 1])\n"
+        "d = os.path.join('results', name + '_MNIST_1')\n"
+        "os.makedirs(d, exist_ok=True)\n"
+        "json.dump(args, open('argv.json', 'w'))\n"
+        "with open(os.path.join(d, 'r.csv'), 'w') as f:\n"
+        "    f.write('Round,Train Accuracy,Train Loss,Val Accuracy,Val Loss,Test Accuracy,Test Loss\\n')\n"
+        "    for r in range(1, rounds + 1):\n"
+        "        f.write(f'{r},0,0,0,0,{50 + r},0\\n')\n"
+        "import torch\n"
+        "torch.cuda.reset_peak_memory_stats()\n")   # as theirs ends: raises without a GPU unless patched
+    out = corbin.authors_code_rounds(str(tmp_path), method="coq_fl", epsilon=1.0, rounds=3, seed=7, lam=0.2)
+    assert list(out["Round"]) == [1, 2, 3] and list(out["Test Accuracy"]) == [51.0, 52.0, 53.0]
+    import json
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    opts = {a: b for a, b in zip(argv, argv[1:]) if a.startswith("--")}
+    assert opts["--method"] == "CorbinFL" and opts["--num_clients"] == "50" and opts["--epsilon"] == "1"
+    assert opts["--num_rand"] == "5" and opts["--lambda_param"] == "0.2" and opts["--seed"] == "7"
+    assert opts["--lr"] == "0.001" and opts["--weight_decay"] == "0.003" and opts["--device"] == "CPU"
+    assert "--iid" in argv
+    with pytest.raises(ValueError, match="method"):
+        corbin.authors_code_rounds(str(tmp_path), method="fedavg", epsilon=1.0, rounds=1)
+    with pytest.raises(FileNotFoundError, match="main.py"):
+        corbin.authors_code_rounds(str(tmp_path / "nowhere"), method="ldp_fl", epsilon=1.0, rounds=1)
+    (tmp_path / "main.py").write_text("raise SystemExit(3)\n")
+    with pytest.raises(RuntimeError, match="failed"):
+        corbin.authors_code_rounds(str(tmp_path), method="ldp_fl", epsilon=1.0, rounds=1)

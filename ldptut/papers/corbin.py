@@ -37,7 +37,8 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance",
            "binary_report_epsilon", "own_report_epsilon", "sampled_own_report_epsilon", "colluding_view_loss",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
            "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
-           "tuning_runs", "smoothed_runs", "PARAMETERS", "grid", "outcome", "compare"]
+           "tuning_runs", "smoothed_runs", "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
+           "authors_code_rounds"]
 
 PAPER = Paper(
     key="corbin",
@@ -551,3 +552,49 @@ def _n_params(c: CorbinRun) -> int:
 
     shape, k = _SHAPES[c.dataset]
     return count_parameters(build_model(c.model, input_shape=shape, num_classes=k))
+
+
+# ------------------------------------------------------------------------------------ the authors' code beside ours
+#: The authors' public code (CorBin-FL), its method names for ours, and the MNIST command of its Experiments/*.sh.
+AUTHORS_REPO = "github.com/solidlabnetwork/CorbinFL"
+AUTHORS_METHODS = {"ldp_fl": "LDPFL", "coq_fl": "CorbinFL"}
+
+
+def authors_code_rounds(repo: str, *, method: str, epsilon: float, rounds: int, seed: int = 0, lam: float = 0.2,
+                        python: Optional[str] = None, timeout: float = 3600.0) -> pd.DataFrame:
+    """Run the authors' code (a checkout of :data:`AUTHORS_REPO` at ``repo``, with MNIST's four IDX files under
+    ``repo/data/MNIST/MNIST/raw``) for ``rounds`` rounds on the CPU at their MNIST setting (Experiments/MNIST_*.sh: 50
+    IID clients, NumRand 5, Adam lr 1e-3, weight decay 3e-3, batch 64, smoothing λ = ``lam``) and return its
+    per-round "Round", "Test Accuracy" (%) from the CSV it writes. ``method``: "ldp_fl" or "coq_fl" (their LDPFL,
+    CorbinFL). Their code seeds its own generators (``--seed``); it imports GPUtil and ijson (stubs will do: no GPU,
+    no FEMNIST)."""
+    import glob
+    import os
+    import subprocess
+    import sys
+
+    if method not in AUTHORS_METHODS:
+        raise ValueError(f"method must be one of {sorted(AUTHORS_METHODS)}, got {method!r}")
+    _epsilon(epsilon)
+    pos_int(rounds, "rounds")
+    fraction(lam, "lam")
+    if not os.path.isfile(os.path.join(repo, "main.py")):
+        raise FileNotFoundError(f"{repo} has no main.py: give a checkout of {AUTHORS_REPO}")
+    name = AUTHORS_METHODS[method]
+    before = set(glob.glob(os.path.join(repo, "results", f"{name}_MNIST_*", "*.csv")))
+    args = ["main.py", "--dataset", "MNIST", "--iid", "--method", name, "--device", "CPU", "--num_clients", "50",
+            "--num_rounds", str(rounds), "--epsilon", f"{epsilon:g}", "--num_rand", "5", "--lambda_param", f"{lam:g}",
+            "--seed", str(seed), "--lr", "0.001", "--weight_decay", "0.003"]
+    # their main() ends with torch.cuda.reset_peak_memory_stats(), which raises without a GPU: a no-op here (it
+    # only resets a memory counter); nothing else of their code is touched
+    launcher = ("import runpy, sys, torch; torch.cuda.reset_peak_memory_stats = lambda *a, **k: None; "
+                f"sys.argv = {args!r}; runpy.run_path('main.py', run_name='__main__')")
+    done = subprocess.run([python or sys.executable, "-c", launcher], cwd=repo, capture_output=True, text=True,
+                          timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"the authors' main.py failed ({done.returncode}): {done.stderr[-2000:]}")
+    new = sorted(set(glob.glob(os.path.join(repo, "results", f"{name}_MNIST_*", "*.csv"))) - before)
+    if len(new) != 1:
+        raise RuntimeError(f"expected one new results CSV from the authors' code, found {new}")
+    out = pd.read_csv(new[0])[["Round", "Test Accuracy"]]
+    return out.assign(**{"Test Accuracy": out["Test Accuracy"].astype(float)})
