@@ -123,20 +123,27 @@ class _PersonalSession:
         self.out_shapes = ((1,), (self.num_classes,))
         #: per run: client id -> its transforms' parameters (made at its first round)
         self.personal: list[dict[int, dict[str, Tensor]]] = [{} for _ in runs]
-        #: per run: the last round's mean local training loss of each sampled client
+        #: per run: the last round's mean local training loss of each sampled client (over its mini-batches)
         self.losses: list[list[float]] = [[] for _ in runs]
+        #: per run: the last round's loss of each sampled client on its whole local set after local training
+        self.losses_after: list[list[float]] = [[] for _ in runs]
         #: per run: the clients that trained in the last round
         self.trained: list[list[int]] = [[] for _ in runs]
 
     def metrics(self, run: int, *, global_vector: Optional[Tensor] = None, x_test: Optional[Tensor] = None,
                 y_test: Optional[Tensor] = None) -> dict[str, float]:
-        """For the engine's history: ``loss_variance``, the variance across the round's clients of their mean
-        local training loss (population variance; its sum over rounds is l_sum); with ``eval_personal``,
+        """For the engine's history: ``loss_variance_after``, the variance across the round's clients of the loss
+        of each client's trained extended model on its own local set (population variance; its sum over rounds is
+        the paper's l_sum, Sec. 2.4: "the loss after training on its local data set");
+        ``loss_variance``, the same of their mean loss over the round's mini-batches (during training); with
+        ``eval_personal``,
         ``personal_accuracy`` (in [0, 1]): the mean over the round's clients of the test accuracy of the client's
         extended model T_out(base(T_in(x))) with the new global base ``global_vector`` and the client's transforms
         (what the client would use after downloading it; Eq. 3)."""
         v = torch.tensor(self.losses[run], dtype=torch.float64)
-        out = {"loss_variance": float(v.var(unbiased=False)) if len(v) > 1 else 0.0}
+        after = torch.tensor(self.losses_after[run], dtype=torch.float64)
+        out = {"loss_variance": float(v.var(unbiased=False)) if len(v) > 1 else 0.0,
+               "loss_variance_after": float(after.var(unbiased=False)) if len(after) > 1 else 0.0}
         if self.spec.eval_personal:
             if global_vector is None or x_test is None or y_test is None:
                 raise ValueError("eval_personal needs the engine's global_vector, x_test and y_test")
@@ -176,11 +183,19 @@ class _PersonalSession:
         transforms as it last left them; the starting ones if it has not trained yet)."""
         return self.extended(self.layout.unflatten(base_vector), self.personal[run].get(client))
 
+    @torch.no_grad()
+    def _local_loss(self, ext: Extended, idx: Tensor, chunk: int = 4096) -> float:
+        """Mean cross-entropy of the trained extended model ``ext`` over the client's examples ``idx``."""
+        if len(idx) == 0:
+            return float("nan")
+        total = sum(float(F.cross_entropy(ext(self.x[b]), self.y[b], reduction="sum")) for b in idx.split(chunk))
+        return total / len(idx)
+
     def train(self, *, round: int, global_vectors: Tensor, client_ids: Sequence[Tensor]) -> list[Tensor]:
         out = []
         for a, (run, glob, ids) in enumerate(zip(self.runs, global_vectors, client_ids)):
             params = self.layout.unflatten(glob)
-            rows, self.losses[a], self.trained[a] = [], [], ids.tolist()
+            rows, self.losses[a], self.losses_after[a], self.trained[a] = [], [], [], ids.tolist()
             for i in ids.tolist():
                 ext = self.extended(params, self.personal[a].get(i))
                 optim = self.spec.optimizer.torch_optimizer(ext.parameters())
@@ -196,6 +211,7 @@ class _PersonalSession:
                     optim.step()
                     total, steps = total + float(loss.detach()), steps + 1
                 self.losses[a].append(total / max(steps, 1))
+                self.losses_after[a].append(self._local_loss(ext, idx))
                 self.personal[a][i] = ext.personal_state()
                 rows.append(self.layout.flatten(dict(ext.base.named_parameters())).detach())
             out.append(torch.stack(rows))

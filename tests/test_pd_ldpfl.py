@@ -240,3 +240,96 @@ def test_a_zero_start_cuts_the_input_and_the_output_off():
     loss.backward()
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in base.parameters())  # the base learns nothing
     assert torch.count_nonzero(ext.t_out.a.grad) > 0   # but a itself gets a gradient and can leave 0
+
+
+def test_whole_model_scope_scales_every_weight_by_the_models_max():
+    """Algorithm 2 line 1 as the paper writes it (scope "model"): one t = max(θ) over the whole upload, the same
+    report as t * PM(θ / t) drawn by hand from the client's generator; per tensor (the authors' code) differs."""
+    model = _tiny_model()
+    layout = fl.ParamLayout.from_model(model)
+    w = layout.flatten(dict(model.named_parameters())).detach()[None]
+    mech = P.LayerScaledPiecewise(epsilon=2.0, scope="model")
+    ctx = _context(w, model)
+    t = mech.scales(w, ctx)[0]
+    assert torch.equal(t, w.max().expand_as(t))
+    per_tensor = P.LayerScaledPiecewise(epsilon=2.0).scales(w, ctx)[0]
+    assert not torch.equal(t, per_tensor)          # the tiny model's layers have different maxima
+    got = mech(w, context=_context(w, model))[0]
+    g = generator(0, "pd", 0)                      # the stream _context gives client 0
+    want = Piecewise(epsilon=2.0).privatize(w[0] / w.max(), generator=g) * w.max()
+    assert torch.allclose(got, want, atol=1e-7)
+    # every report lies in [-C t, C t] with the model's t: the server learns the model's max, not each layer's
+    c = Piecewise(epsilon=2.0).C
+    assert float(got.abs().max()) <= c * float(w.max()) * (1 + 1e-6)
+    with pytest.raises(ValueError, match="scope"):
+        P.LayerScaledPiecewise(epsilon=2.0, scope="layer")
+
+
+def test_variants_and_the_no_noise_control_configure_what_they_say():
+    paper = P.table2_run("mnist", 10, rounds=2, n_train=600)
+    assert (paper.scope, paper.aggregator, paper.variant) == ("model", "weighted_mean", "paper")
+    assert paper.privatizer().scope == "model"
+    authors = P.table2_run("mnist", 10, rounds=2, n_train=600, variant="authors_code")
+    assert (authors.scope, authors.aggregator, authors.variant) == ("tensor", "mean", "authors_code")
+    # the authors' reading keeps the keys of the runs stored before the variants existed (defaults are left out)
+    assert "scope" not in authors.to_dict(defaults=False) and "aggregator" not in authors.to_dict(defaults=False)
+    assert paper.key() != authors.key()
+    with pytest.raises(ValueError, match="variant"):
+        P.table2_run("mnist", 10, variant="code")
+    clear = P.without_noise(paper)
+    assert clear.privatizer() is None and clear.epsilon is None and clear.scaling is None
+    assert (clear.scope, clear.aggregator, clear.seed, clear.method) == (paper.scope, paper.aggregator, paper.seed,
+                                                                        paper.method)
+    assert "in clear" in clear.label() and "paper" in clear.label()
+    sweep = P.epsilon_sweep("mnist", 10, epsilons=[2.0, 8.0], seeds=[0, 1], rounds=2, n_train=600)
+    assert len(sweep) == 3 * 2 * 3                 # methods x seeds x (two ε and no noise)
+    assert sorted({c.epsilon for _, c in sweep}, key=lambda e: (e is None, e)) == [2.0, 8.0, None]
+    assert all(c.variant == "paper" for _, c in sweep)
+    t2 = P.configs(datasets=["mnist"], clients=[5], variants=["paper", "authors_code"], no_noise=True, rounds=2)
+    assert len(t2) == 2 * 3 * 2 and sum(e == "table 2, no noise" for e, _ in t2) == 6
+
+
+def test_the_paper_variant_aggregates_weighted_by_client_sizes():
+    """Algorithm 2 line 6: θ = Σ n_k / n θ_k. One round without noise on unequal clients: the new global model is
+    the sample-weighted mean of the uploads (the authors' code: the plain mean), through the run's own server rule."""
+    import unittest.mock as um
+
+    from ldptut.data import Dataset
+
+    _, y = _tiny_data()
+    x = torch.rand(120, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    ds = Dataset(name="mnist", x_train=x, y_train=y, x_test=x[:20], y_test=y[:20], classes=[str(i) for i in range(10)],
+                 num_classes=10, input_shape=(1, 28, 28), description="tiny stand-in")
+    part = [torch.arange(0, 10), torch.arange(10, 40), torch.arange(40, 120)]   # 10, 30, 80 examples
+    share = torch.tensor([10.0, 30.0, 80.0]) / 120
+    out = {}
+    for variant in ("paper", "authors_code"):
+        run = P.without_noise(P.table2_run("mnist", 3, rounds=1, variant=variant))
+        rec = fl.RecordPayloads()
+        with um.patch.object(type(run), "client_partition", lambda self, labels, num_classes=None: part):
+            res = run.simulate(ds, progress=False, privatizer=rec)
+        out[variant] = (res.weights[0], (rec.sent * share[:, None]).sum(0), rec.sent.mean(0))
+    got, weighted, plain = out["paper"]
+    assert torch.allclose(got, weighted, atol=1e-6) and not torch.allclose(got, plain, atol=1e-4)
+    got, weighted, plain = out["authors_code"]
+    assert torch.allclose(got, plain, atol=1e-6) and not torch.allclose(got, weighted, atol=1e-4)
+
+
+def test_loss_variance_after_is_the_trained_clients_loss_on_their_own_data():
+    """The paper's l_sum (Sec. 2.4) reads each client's loss "after training on its local data": the history's
+    loss_variance_after is the population variance of those losses, computed here by hand; loss_variance (the mean
+    over the round's mini-batches) differs from it."""
+    trainer = PersonalizedLocalSGD(batch_size=8, optimizer=OptimizerSpec(name="sgd", lr=0.5))
+    session, x, y, model, layout, run, glob = _session(trainer)
+    sent = session.train(round=1, global_vectors=glob, client_ids=[torch.arange(3)])[0]
+    losses = []
+    for i in range(3):
+        ext = session.client_model(0, i, sent[i])    # the client's trained base and transforms
+        with torch.no_grad():
+            losses.append(float(torch.nn.functional.cross_entropy(ext(x[run.partition[i]]), y[run.partition[i]])))
+    m = session.metrics(0)
+    want = torch.tensor(losses, dtype=torch.float64).var(unbiased=False)
+    assert m["loss_variance_after"] == pytest.approx(float(want), rel=1e-5)
+    assert m["loss_variance"] != pytest.approx(m["loss_variance_after"], rel=1e-3)
+    h = _simulate(trainer).history
+    assert "loss_variance_after" in h and (h["loss_variance_after"] >= 0).all()

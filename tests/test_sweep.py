@@ -41,13 +41,16 @@ def test_chapter_parameters_are_the_notebook_defaults_overridden_by_a_parameter_
 
 
 def test_the_sweep_grid_is_the_chapters_grid():
-    """Every experiment of the chapter at its defaults: Table 2 (3 methods x 2 client counts, 2 public-bound runs),
-    Table 1 (5 x 5 transforms), Fig. 6 (3 x 3 starts), Fig. 8 (3 methods x 2 alphas x 1 eps)."""
+    """Every experiment of the chapter at its defaults: Table 2 (3 methods x 2 client counts x 2 variants,
+    2 public-bound runs; each of the 12 also without noise), the ε sweep (3 methods x 3 seeds x (3 ε + no noise)),
+    Table 1 (5 x 5 transforms), Fig. 6 (3 x 3 starts), Fig. 8 (3 methods x 2 alphas x 1 eps). The sweep's seed-0
+    runs at ε = 8 and without noise are Table 2's paper-variant runs at 10 clients (6 keys shared)."""
     p = sweep.chapter_parameters("pd_ldpfl")
     g = sweep.chapter_grid("pd_ldpfl", p)
-    count = {e: sum(1 for x, _ in g if x == e) for e in ("table 2", "table 1", "fig. 6", "fig. 8")}
-    assert count == {"table 2": 8, "table 1": 25, "fig. 6": 9, "fig. 8": 6}
-    assert len({c.key() for _, c in g}) == len(g)
+    count = {e: sum(1 for x, _ in g if x == e)
+             for e in ("table 2", "table 2, no noise", "ε sweep", "table 1", "fig. 6", "fig. 8")}
+    assert count == {"table 2": 14, "table 2, no noise": 12, "ε sweep": 36, "table 1": 25, "fig. 6": 9, "fig. 8": 6}
+    assert len({c.key() for _, c in g}) == len(g) - 6
     f8 = [c for e, c in g if e == "fig. 8"]
     assert {(c.dataset, c.model, c.scope, c.rounds, c.n_train) for c in f8} == {("cifar10", "cnn_pool", "model", 3, 5000)}
 

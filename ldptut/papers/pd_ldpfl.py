@@ -36,7 +36,8 @@ from . import Paper, Reported, mean_std
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
-           "table1_run", "init_sweep", "fig8_runs", "configs", "PARAMETERS", "grid", "compare"]
+           "table1_run", "init_sweep", "fig8_runs", "configs", "VARIANTS", "variant_run", "without_noise",
+           "epsilon_sweep", "PARAMETERS", "grid", "compare"]
 
 PAPER = Paper(
     key="pd_ldpfl",
@@ -182,6 +183,12 @@ def outside_unit_share(weights: Iterable[torch.Tensor]) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------ runs
+#: Where the paper's text and the authors' code differ (Algorithm 2, lines 1 and 6): the scale t over the whole
+#: model and aggregation weighted by n_k / n ("paper", the chapter's default), or t per layer and a plain mean
+#: ("authors_code", the reading of the stored Table 2 runs before the paper's was added).
+VARIANTS = {"paper": {"scope": "model", "aggregator": "weighted_mean"},
+            "authors_code": {"scope": "tensor", "aggregator": "mean"}}
+
 #: The chapter's methods: (input transform, output transform). PrivateFL here is its input transform under the
 #: same PM noise (NOTES.md section 5), not PrivateFL's DP-SGD.
 METHODS = {"fedavg": ("none", "none"), "privatefl": ("affine", "none"), "output_only": ("none", "affine"),
@@ -218,6 +225,12 @@ class PdLdpflRun(FedAvgRun):
         super().__post_init__()
 
     @property
+    def variant(self) -> str:
+        """The :data:`VARIANTS` key of ``scope`` and ``aggregator`` (or both spelled out)."""
+        return next((k for k, v in VARIANTS.items() if v == {"scope": self.scope, "aggregator": self.aggregator}),
+                    f"t per {self.scope}, {self.aggregator}")
+
+    @property
     def method(self) -> str:
         return next((k for k, v in METHODS.items() if v == (self.input_transform, self.output_transform)),
                     f"{self.input_transform}+{self.output_transform}")
@@ -250,7 +263,7 @@ class PdLdpflRun(FedAvgRun):
     def label(self) -> str:
         noise = "in clear" if self.mechanism is None else (
             f"PM ε={self.epsilon:g}, " + (f"scaled by {self.scaling}" if self.scaling else "public bound"))
-        return f"{self.method} ({noise}), {self.n_clients} clients, seed {self.seed}"
+        return f"{self.method} ({noise}, {self.variant}), {self.n_clients} clients, seed {self.seed}"
 
 
 def method_run(method: str, *, base: PdLdpflRun) -> PdLdpflRun:
@@ -259,13 +272,25 @@ def method_run(method: str, *, base: PdLdpflRun) -> PdLdpflRun:
     return base.replace(input_transform=t_in, output_transform=t_out)
 
 
+def variant_run(variant: str, *, base: PdLdpflRun) -> PdLdpflRun:
+    """``base`` with the scale scope and the aggregator of ``variant`` (:data:`VARIANTS`)."""
+    return base.replace(**VARIANTS[one_of(variant, "variant", list(VARIANTS))])
+
+
+def without_noise(run: PdLdpflRun) -> PdLdpflRun:
+    """The control: ``run`` with no perturbation at all (the same data, transforms, seed and aggregation)."""
+    return run.replace(mechanism=None, epsilon=None, range=None, scaling=None)
+
+
 def table2_run(dataset: str, n_clients: int, *, rounds: Optional[int] = None, n_train: Optional[int] = None,
-               seed: int = 0, scaling: Optional[str] = "max", public_bound: float = 0.1) -> PdLdpflRun:
+               seed: int = 0, scaling: Optional[str] = "max", public_bound: float = 0.1,
+               variant: str = "paper") -> PdLdpflRun:
     """PD-LDPFL at Table 2's settings (:data:`SETTINGS`), ``rounds`` / ``n_train`` overridable; ``scaling`` None
-    uses the public bound [-public_bound, public_bound] instead of Algorithm 2's scale."""
+    uses the public bound [-public_bound, public_bound] instead of Algorithm 2's scale; ``variant``
+    (:data:`VARIANTS`): the paper's whole-model t and weighted mean, or the authors' code's per-layer t and mean."""
     one_of(dataset, "dataset", SETTINGS["table2"]["datasets"])
-    return _table2_like(dataset, n_clients, rounds=rounds, n_train=n_train, seed=seed, scaling=scaling,
-                        public_bound=public_bound)
+    return variant_run(variant, base=_table2_like(dataset, n_clients, rounds=rounds, n_train=n_train, seed=seed,
+                                                  scaling=scaling, public_bound=public_bound))
 
 
 def _table2_like(dataset: str, n_clients: int, *, rounds: Optional[int], n_train: Optional[int], seed: int,
@@ -280,13 +305,14 @@ def _table2_like(dataset: str, n_clients: int, *, rounds: Optional[int], n_train
 
 
 def table1_run(*, n_clients: Optional[int] = None, rounds: Optional[int] = None, n_train: Optional[int] = None,
-               seed: int = 0, input_transform: str = "affine", output_transform: str = "affine") -> PdLdpflRun:
+               seed: int = 0, input_transform: str = "affine", output_transform: str = "affine",
+               variant: str = "paper") -> PdLdpflRun:
     """Table 1's setting (Sec. 4.3.1, :data:`SETTINGS` "table1"): non-IID MNIST (Dirichlet 0.05), 10 clients, ε = 8
     per weight per round, lr 0.1, 50 rounds (``n_clients`` / ``rounds`` / ``n_train`` overridable), the rest as
     Table 2 (the authors' MLP, batch 64, one local epoch, Algorithm 2's scale)."""
     s1 = SETTINGS["table1"]
     return table2_run(s1["dataset"], n_clients or s1["clients"], rounds=rounds or s1["rounds"], n_train=n_train,
-                      seed=seed).replace(dirichlet_alpha=s1["dirichlet_alpha"], lr=s1["lr"],
+                      seed=seed, variant=variant).replace(dirichlet_alpha=s1["dirichlet_alpha"], lr=s1["lr"],
                                          input_transform=input_transform, output_transform=output_transform)
 
 
@@ -300,25 +326,41 @@ def init_sweep(a_values: Sequence[float], b_values: Sequence[float], *, base: Pd
 
 def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Sequence[str] = ("fedavg", "privatefl",
               "pd_ldpfl"), model: Optional[str] = None, n_clients: Optional[int] = None, rounds: Optional[int] = None,
-              n_train: Optional[int] = None, seed: int = 0) -> list[tuple[str, PdLdpflRun]]:
+              n_train: Optional[int] = None, seed: int = 0, variant: str = "paper") -> list[tuple[str, PdLdpflRun]]:
     """Fig. 8 (Sec. 5.3): every method at every Dirichlet α and ε (per weight per round) on CIFAR-10, the rest
     from :data:`SETTINGS` "fig8" (ResNet18, 10 clients, lr 0.05, 50 rounds; ``model`` etc. overridable), batch 64
-    and one local epoch as Table 2. The scale is Algorithm 2's t = max(θ) over the **whole model** (scope "model",
-    the paper's text): the per-layer reading of the authors' MLP code divides by zero on ResNet18, whose
-    normalisation shifts start at 0."""
+    and one local epoch as Table 2, the aggregator of ``variant``. The scale is Algorithm 2's t = max(θ) over the
+    **whole model** (scope "model", the paper's text) in either variant: the per-layer reading of the authors' MLP
+    code divides by zero on ResNet18, whose normalisation shifts start at 0."""
     s = SETTINGS["fig8"]
     start = _table2_like(s["dataset"], n_clients or s["clients"], rounds=rounds or s["rounds"], n_train=n_train,
-                         seed=seed, scaling="max").replace(model=model or s["model"], lr=s["lr"], scope="model")
+                         seed=seed, scaling="max").replace(model=model or s["model"], lr=s["lr"])
+    start = variant_run(variant, base=start).replace(scope="model")
     return [("fig. 8", method_run(m, base=start.replace(dirichlet_alpha=float(alpha), epsilon=float(eps))))
             for alpha in alphas for eps in epsilons for m in methods]
 
 
 def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Sequence[int] = (5, 10, 25, 50),
             methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"), seeds: Sequence[int] = (0,),
-            **kw: Any) -> list[tuple[str, PdLdpflRun]]:
-    """Table 2's grid: every method, data set and number of clients (``kw`` to :func:`table2_run`)."""
-    return [("table 2", method_run(m, base=table2_run(ds, n, seed=s, **kw)))
-            for ds in datasets for n in clients for m in methods for s in seeds]
+            variants: Sequence[str] = ("paper",), no_noise: bool = False, **kw: Any) -> list[tuple[str, PdLdpflRun]]:
+    """Table 2's grid: every method, data set, number of clients, seed and variant (``kw`` to :func:`table2_run`),
+    with PM; ``no_noise``: each run's twin without noise too (experiment "table 2, no noise")."""
+    runs = [method_run(m, base=table2_run(ds, n, seed=s, variant=v, **kw))
+            for v in variants for ds in datasets for n in clients for m in methods for s in seeds]
+    return [("table 2", r) for r in runs] + [("table 2, no noise", without_noise(r)) for r in runs if no_noise]
+
+
+def epsilon_sweep(dataset: str, n_clients: int, *, epsilons: Sequence[float], seeds: Sequence[int],
+                  methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"), variant: str = "paper",
+                  **kw: Any) -> list[tuple[str, PdLdpflRun]]:
+    """The control Table 2 lacks: every method at every ε (per weight per round) and without noise, over
+    ``seeds``, at Table 2's setting otherwise (``kw`` to :func:`table2_run`). Where PM costs accuracy is where the
+    paper's claim (the decoupling absorbs LDP-induced heterogeneity) can show; at ε = 8 it does not (the no-noise
+    runs reach the same accuracy)."""
+    base = [method_run(m, base=table2_run(dataset, n_clients, seed=s, variant=variant, **kw))
+            for m in methods for s in seeds]
+    return ([("ε sweep", r.replace(epsilon=float(e))) for e in epsilons for r in base]
+            + [("ε sweep", without_noise(r)) for r in base])
 
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
@@ -326,6 +368,9 @@ def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Se
 PARAMETERS = {
     "dataset": P.choice("mnist", "fashion_mnist"), "clients": P.list_of(P.pos_int), "rounds": P.pos_int,
     "public_bound_clients": P.list_of(P.pos_int), "n_train": P.optional(P.pos_int), "seeds": P.list_of(P.nonneg_int),
+    "variant": P.choice(*VARIANTS), "table2_variants": P.list_of(P.choice(*VARIANTS), nonempty=True),
+    "no_noise": P.boolean, "sweep_clients": P.optional(P.pos_int), "sweep_epsilons": P.list_of(P.pos_float),
+    "sweep_seeds": P.list_of(P.nonneg_int),
     "table1_clients": P.pos_int, "table1_rounds": P.pos_int, "table1_n_train": P.optional(P.pos_int),
     "table1_transforms": P.list_of(P.choice(*TRANSFORMS)), "init_a": P.list_of(P.real), "init_b": P.list_of(P.real),
     "cifar_model": P.choice("cnn_pool", "small_vgg", "resnet18"), "cifar_alphas": P.list_of(P.pos_float),
@@ -336,21 +381,28 @@ PARAMETERS = {
 
 def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
     """The chapter's whole experiment grid from its parameters ``p`` (the notebook's parameter names, e.g. a
-    parameter file over the defaults): "table 2" (every method at ``clients``, and PD-LDPFL with the public bound
-    0.1 at ``public_bound_clients``), "table 1" (``table1_transforms`` squared at Table 1's setting), "fig. 6"
-    (``init_a`` x ``init_b``) and "fig. 8" (``cifar_alphas`` x ``cifar_epsilons``). The chapter and
-    ``python -m ldptut.sweep pd_ldpfl`` both build their runs here."""
+    parameter file over the defaults): "table 2" (every method at ``clients`` in each of ``table2_variants``, and
+    PD-LDPFL with the public bound 0.1 at ``public_bound_clients``), "table 2, no noise" (with ``no_noise``: each
+    Table 2 run without PM), "ε sweep" (every method at ``sweep_epsilons`` and without noise, ``sweep_seeds``, at
+    ``sweep_clients``; None: none), "table 1" (``table1_transforms`` squared at Table 1's setting), "fig. 6"
+    (``init_a`` x ``init_b``) and "fig. 8" (``cifar_alphas`` x ``cifar_epsilons``); all but Table 2 in ``variant``.
+    The chapter and ``python -m ldptut.sweep pd_ldpfl`` both build their runs here."""
     seeds = list(p["seeds"])
-    out = configs(datasets=[p["dataset"]], clients=p["clients"], seeds=seeds, rounds=p["rounds"], n_train=p["n_train"])
+    out = configs(datasets=[p["dataset"]], clients=p["clients"], seeds=seeds, rounds=p["rounds"], n_train=p["n_train"],
+                  variants=p["table2_variants"], no_noise=p["no_noise"])
     out += [("table 2", method_run("pd_ldpfl", base=table2_run(p["dataset"], n, seed=s, rounds=p["rounds"],
-                                                              n_train=p["n_train"], scaling=None)))
+                                                              n_train=p["n_train"], scaling=None, variant=p["variant"])))
             for n in p["public_bound_clients"] for s in seeds]
-    t1 = table1_run(n_clients=p["table1_clients"], rounds=p["table1_rounds"], n_train=p["table1_n_train"])
+    if p["sweep_clients"] is not None:
+        out += epsilon_sweep(p["dataset"], p["sweep_clients"], epsilons=p["sweep_epsilons"], seeds=p["sweep_seeds"],
+                             variant=p["variant"], rounds=p["rounds"], n_train=p["n_train"])
+    t1 = table1_run(n_clients=p["table1_clients"], rounds=p["table1_rounds"], n_train=p["table1_n_train"],
+                    variant=p["variant"])
     out += [("table 1", t1.replace(input_transform=a, output_transform=b))
             for a in p["table1_transforms"] for b in p["table1_transforms"]]
     out += init_sweep(p["init_a"], p["init_b"], base=t1)
     out += fig8_runs(alphas=p["cifar_alphas"], epsilons=p["cifar_epsilons"], model=p["cifar_model"],
-                     rounds=p["cifar_rounds"], n_train=p["cifar_n_train"], seed=seeds[0])
+                     rounds=p["cifar_rounds"], n_train=p["cifar_n_train"], seed=seeds[0], variant=p["variant"])
     return out
 
 
@@ -371,7 +423,7 @@ def compare(runs: pd.DataFrame) -> pd.DataFrame:
             sel = sel[sel["config"].map(lambda c: getattr(c, "method", None) == w["method"])]
         def setting(c: PdLdpflRun) -> str:
             return (f"{c.rounds} rounds, {c.n_train or 'all'} train images, "
-                    + (f"Algorithm 2 scale ({c.scaling})" if c.scaling else "public bound"))
+                    + (f"Algorithm 2 scale ({c.scaling}), {c.variant}" if c.scaling else "public bound"))
 
         groups = list(sel.groupby(sel["config"].map(setting), sort=True)) if len(sel) else []
         for settings, g in groups or [("", sel)]:
