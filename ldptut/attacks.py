@@ -340,21 +340,25 @@ def piecewise_scale_leak(
 # DLG "naturally"; the functions below let a chapter rerun DLG against a gradient or a weight
 # difference (divided by the learning rate) with the model that actually produced it.
 
-__all__ += ["DLGResult", "observed_gradient", "dlg_attack", "dlg_mse"]
+__all__ += ["DLGResult", "observed_gradient", "dlg_attack", "dlg_mse", "mean_image_mse"]
 
 
 @dataclass
 class DLGResult:
     """What :func:`dlg_attack` returns: reconstructed ``inputs`` (batch_size, *input_shape), hard
     ``labels`` (argmax of the soft labels), ``soft_labels`` (softmax of the dummy logits),
-    ``loss_history`` (the gradient distance after each L-BFGS step, as floats) and ``converged``
-    (False if the distance became NaN / inf; the last finite iterate is returned then)."""
+    ``loss_history`` (the gradient distance after each L-BFGS step, as floats), ``converged``
+    (False if the distance became NaN / inf; the last finite iterate is returned then) and, for the adaptive
+    attacker (``output_transform="affine"``), ``output_scale`` and ``output_shift``: its final a, b (None otherwise;
+    not an estimate of the client's: the dummy soft label absorbs part of them)."""
 
     inputs: Tensor
     labels: Tensor
     soft_labels: Tensor
     loss_history: List[float]
     converged: bool
+    output_scale: Optional[Tensor] = None
+    output_shift: Optional[Tensor] = None
 
 
 def _trainable(model: nn.Module) -> Dict[str, Tensor]:
@@ -431,6 +435,7 @@ def dlg_attack(
     generator: Optional[torch.Generator],
     device: Union[str, torch.device] = "cpu",
     line_search_fn: Optional[str] = None,
+    output_transform: Optional[str] = None,
 ) -> DLGResult:
     """Deep Leakage from Gradients (Zhu, Liu, Han, NeurIPS 2019, Algorithm 1).
 
@@ -453,6 +458,12 @@ def dlg_attack(
     are drawn on CPU, then moved to ``device``, which must hold the model). Returns a
     :class:`DLGResult` (tensors on ``device``). Deterministic for a given generator state on CPU.
     Stops early when L-BFGS makes no more progress (two equal distances in a row).
+
+    ``output_transform="affine"``: the adaptive attacker against a personal output transform (PD-LDPFL, Eq. 3):
+    the client's logits are a F(x; θ) + b with a (a scalar) and b (num_classes) the client's own, unknown to the
+    server; the attacker adds them to the unknowns, started at the identity (a = 1, b = 0), and matches the
+    gradient of L(a F(x'; θ) + b, softmax(y')) with respect to θ. (A personal affine input transform needs no
+    unknowns: DLG's dummy input then stands for T_in(x) = a_in x + b_in.)
     """
     params = _trainable(model)
     if not isinstance(input_shape, (tuple, list, torch.Size)) or len(input_shape) == 0:
@@ -464,6 +475,8 @@ def dlg_attack(
     lr = _check_real(lr, "lr", positive=True)
     if line_search_fn not in (None, "strong_wolfe"):
         raise ValueError(f"line_search_fn must be None or 'strong_wolfe', got {line_search_fn!r}")
+    if output_transform not in (None, "affine"):
+        raise ValueError(f"output_transform must be None or 'affine', got {output_transform!r}")
     dev = torch.device(device)
     if any(p.device.type != dev.type or (dev.index is not None and p.device.index != dev.index) for p in params.values()):
         raise ValueError(f"device {dev} must be the device of the model's parameters")
@@ -475,21 +488,33 @@ def dlg_attack(
 
     x = torch.randn((batch_size, *shape), generator=generator, dtype=dtype).to(dev).requires_grad_(True)
     y = torch.randn((batch_size, num_classes), generator=generator, dtype=dtype).to(dev).requires_grad_(True)
-    opt = torch.optim.LBFGS([x, y], lr=lr, line_search_fn=line_search_fn)
+    unknowns = [x, y]
+    if output_transform == "affine":  # the adaptive attacker: the client's output transform, from the identity
+        a = torch.ones(1, dtype=dtype, device=dev, requires_grad=True)
+        b = torch.zeros(num_classes, dtype=dtype, device=dev, requires_grad=True)
+        unknowns += [a, b]
+    opt = torch.optim.LBFGS(unknowns, lr=lr, line_search_fn=line_search_fn)
 
     def distance() -> Tensor:
         logits = functional_call(model, {**buffers, **leaves}, (x,))
+        if output_transform == "affine":
+            logits = a * logits + b
         loss = torch.sum(-F.softmax(y, dim=-1) * F.log_softmax(logits, dim=-1), dim=-1).mean()
         grads = torch.autograd.grad(loss, [leaves[k] for k in names], create_graph=True)
         return sum(((g - t) ** 2).sum() for g, t in zip(grads, goal))
 
     def closure() -> Tensor:
         d = distance()
-        x.grad, y.grad = torch.autograd.grad(d, [x, y])  # not into θ: it stays fixed
+        grads = torch.autograd.grad(d, unknowns)  # not into θ: it stays fixed
+        for u, g in zip(unknowns, grads):
+            u.grad = g
         return d.detach()
 
+    def snapshot() -> tuple:
+        return tuple(u.detach().clone() for u in unknowns)
+
     history: List[float] = []
-    last = (x.detach().clone(), y.detach().clone())  # the last iterate with a finite distance
+    last = snapshot()  # the last iterate with a finite distance
     converged = True
     for _ in range(steps):
         opt.step(closure)
@@ -499,12 +524,13 @@ def dlg_attack(
             converged = False
             break
         history.append(d)
-        last = (x.detach().clone(), y.detach().clone())
+        last = snapshot()
         if len(history) >= 2 and history[-1] == history[-2]:
             break  # L-BFGS made no progress (its own tolerances hit)
-    xs, ys = last
+    xs, ys = last[:2]
     soft = F.softmax(ys, dim=-1)
-    return DLGResult(inputs=xs, labels=soft.argmax(-1), soft_labels=soft, loss_history=history, converged=converged)
+    return DLGResult(inputs=xs, labels=soft.argmax(-1), soft_labels=soft, loss_history=history, converged=converged,
+                     output_scale=last[2] if len(last) > 2 else None, output_shift=last[3] if len(last) > 2 else None)
 
 
 def dlg_mse(reconstructed: Tensor, true: Tensor) -> Tensor:
@@ -527,6 +553,17 @@ def dlg_mse(reconstructed: Tensor, true: Tensor) -> Tensor:
 
     rows, cols = linear_sum_assignment(cost.numpy())
     return cost[torch.as_tensor(rows), torch.as_tensor(cols)]
+
+
+def mean_image_mse(true: Tensor, pool: Tensor) -> Tensor:
+    """The trivial guess an attack must beat: per-sample mean squared error (batch,) between ``true`` and the
+    mean of ``pool`` (e.g. the training images), which any attacker can output without seeing a gradient."""
+    if not isinstance(true, Tensor) or not isinstance(pool, Tensor) or pool.ndim < 1 or len(pool) == 0:
+        raise ValueError("true and pool must be tensors, pool a non-empty batch")
+    if pool.shape[1:] != true.shape[1:]:
+        raise ValueError(f"pool samples {tuple(pool.shape[1:])} and true samples {tuple(true.shape[1:])} differ in shape")
+    guess = pool.detach().to(torch.float64).mean(0, keepdim=True).expand_as(true.to(torch.float64))
+    return dlg_mse(guess.contiguous(), true)
 
 
 # ==== Floating-point attack on textbook samplers (Mironov, CCS 2012) ===============================

@@ -6,7 +6,7 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import pandas as pd
 
-__all__ = ["plot_moments", "plot_accuracy"]
+__all__ = ["plot_moments", "plot_accuracy", "plot_images"]
 
 
 def plot_moments(tables: Mapping[str, pd.DataFrame], *, bound: Mapping[str, float] | None = None,
@@ -43,4 +43,30 @@ def plot_accuracy(histories: Mapping[str, pd.DataFrame], *, title: str = "", ref
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot_images(images: Mapping[str, "torch.Tensor"], *, ncols: int = 6, size: float = 1.6, wrap: int = 22,
+                title: str = ""):
+    """One grey-scale panel per image (a (1, C, H, W) or (C, H, W) tensor; the first channel is shown), titled by
+    its label (wrapped at ``wrap`` characters), under the figure's ``title``. Each panel is scaled to its own range (min to max), so a scaled
+    or shifted copy of an image looks like the image: compare shapes, and read errors from the table."""
+    import textwrap
+
+    items = list(images.items())
+    ncols = max(1, min(ncols, len(items)))
+    nrows = -(-len(items) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, (size + 0.7) * nrows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (label, img) in zip(axes.flat, items):
+        a = img.detach().cpu().double()
+        a = a.reshape(-1, *a.shape[-2:])[0]
+        ax.imshow(a.numpy(), cmap="gray")
+        ax.set_title(textwrap.fill(label, wrap), fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (nrows * (size + 0.7))))
+    else:
+        fig.tight_layout()
     return fig

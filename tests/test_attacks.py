@@ -92,6 +92,7 @@ def test_bad_inputs():
 from ldptut.attacks import (  # noqa: E402
     dlg_attack,
     dlg_mse,
+    mean_image_mse,
     observed_gradient,
     piecewise_scale_leak,
     piecewise_scale_tolerance,
@@ -343,3 +344,34 @@ def test_dlg_bad_arguments(dlg_setup):
         dlg_attack(model, grad, input_shape=(20,), num_classes=0, generator=None)
     with pytest.raises(ValueError, match="model"):
         dlg_attack(lambda z: z, grad, input_shape=(20,), num_classes=3, generator=None)
+
+
+def test_the_adaptive_attacker_recovers_the_input_behind_a_personal_output_transform(dlg_setup):
+    """PD-LDPFL's base gradient through an output transform a F(x) + b the server does not know: DLG with the base
+    alone (the oblivious attacker) misses the image, the adaptive attacker (a, b as unknowns) recovers it (a and b
+    themselves are not identified: the dummy soft label absorbs part of them); mean_image_mse is the trivial
+    guess's error."""
+    model, _, x, y, _ = dlg_setup
+    a, b = 2.5, torch.tensor([0.3, -0.4, 0.2], dtype=torch.float64)
+
+    class OutputAffine(torch.nn.Module):
+        def __init__(self, base):
+            super().__init__()
+            self.base = base
+
+        def forward(self, z):
+            return a * self.base(z) + b
+
+    target = observed_gradient(OutputAffine(model), x, y)   # keyed "base.*"
+    target = {k[len("base."):]: v for k, v in target.items()}
+    oblivious = _rel_mse(_attack(model, target), x)
+    adaptive = _attack(model, target, output_transform="affine")
+    assert _rel_mse(adaptive, x) < 1e-3 < oblivious
+    assert adaptive.output_scale.shape == (1,) and adaptive.output_shift.shape == (3,)
+    assert _attack(model, target).output_scale is None
+    with pytest.raises(ValueError, match="output_transform"):
+        _attack(model, target, output_transform="tanh")
+    pool = torch.stack([x[0] + 1.0, x[0] - 1.0, x[0] + 3.0])   # its mean is x + 1: every pixel off by 1
+    assert float(mean_image_mse(x, pool)) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="shape"):
+        mean_image_mse(x, torch.zeros(3, 5))

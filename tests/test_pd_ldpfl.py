@@ -333,3 +333,38 @@ def test_loss_variance_after_is_the_trained_clients_loss_on_their_own_data():
     assert m["loss_variance"] != pytest.approx(m["loss_variance_after"], rel=1e-3)
     h = _simulate(trainer).history
     assert "loss_variance_after" in h and (h["loss_variance_after"] >= 0).all()
+
+
+def _fake_runs(acc):
+    """records_table-like rows for the ε sweep's configurations, accuracy from acc(method, ε or None, seed)."""
+    cfgs = [c for _, c in P.epsilon_sweep("mnist", 10, epsilons=[2.0, 8.0], seeds=[0, 1, 2], rounds=2, n_train=600)]
+    return pd.DataFrame([{"config": c, "key": c.key(), "seed": c.seed, "accuracy": acc(c.method, c.epsilon, c.seed)}
+                         for c in cfgs])
+
+
+def test_sweep_table_pairs_seeds_and_subtracts_the_no_noise_gain():
+    """PD-LDPFL leads FedAvg by 5 points without noise and at ε = 8, by 9 at ε = 2: the gain beyond no noise is 0
+    at ε = 8 and +4 at ε = 2 (the paper's claim would show there); a diverged run drops out of the pairs."""
+    lead = {None: 5.0, 8.0: 5.0, 2.0: 9.0}
+    drop = {None: 0.0, 8.0: 0.0, 2.0: 30.0}
+
+    def acc(m, e, s):
+        v = 80.0 + s - drop[e] + (lead[e] if m == "pd_ldpfl" else 2.0 if m == "privatefl" else 0.0)
+        return math.nan if (m == "fedavg" and e == 2.0 and s == 2) else v
+    t = P.sweep_table(_fake_runs(acc)).set_index("ε per weight per round")
+    assert list(t.index) == ["none", "8", "2"]
+    assert t.loc["none", "FedAvg (%)"] == "81.0 [78.5, 83.5]"          # 80, 81, 82: t_{0.975,2} = 4.30
+    assert t.loc["8", "PD-LDPFL − FedAvg (points)"] == "+5.0 [+5.0, +5.0]"  # the same lead at every seed
+    assert t.loc["2", "gain beyond no noise (points)"] == "+4.0 [+4.0, +4.0]"   # seeds 0 and 1 (2 diverged)
+    assert t.loc["8", "gain beyond no noise (points)"].startswith("+0.0")
+    assert "1 of 3 diverged" in t.loc["2", "FedAvg (%)"]
+    assert t.loc["none", "gain beyond no noise (points)"] == ""
+
+
+def test_noise_cost_matches_each_pm_run_with_its_twin_without_noise():
+    runs = _fake_runs(lambda m, e, s: 90.0 if e is None else 85.0 if e == 8.0 else 40.0)
+    cost = P.noise_cost(runs)
+    assert len(cost) == 3 * 3 * 2 and set(cost["ε"]) == {2.0, 8.0}
+    assert (cost.loc[cost["ε"] == 8.0, "PM costs (points)"] == 5.0).all()
+    assert (cost.loc[cost["ε"] == 2.0, "PM costs (points)"] == 50.0).all()
+    assert P.noise_cost(runs[runs["config"].map(lambda c: c.mechanism is not None)]).empty  # no twins, no rows

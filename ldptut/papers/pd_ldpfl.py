@@ -32,12 +32,12 @@ from ..mechanisms import Piecewise
 from ..notebooks import P
 from ..personal import TRANSFORMS, PersonalizedLocalSGD
 from ..training import OptimizerSpec
-from . import Paper, Reported, mean_std
+from . import Paper, Reported, mean_std, t_interval
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
            "table1_run", "init_sweep", "fig8_runs", "configs", "VARIANTS", "variant_run", "without_noise",
-           "epsilon_sweep", "PARAMETERS", "grid", "compare"]
+           "epsilon_sweep", "noise_cost", "sweep_table", "plot_epsilon_sweep", "train_without_noise", "later_round_dlg", "LaterRoundDLG", "PARAMETERS", "grid", "compare"]
 
 PAPER = Paper(
     key="pd_ldpfl",
@@ -180,6 +180,88 @@ def outside_unit_share(weights: Iterable[torch.Tensor]) -> pd.DataFrame:
         rows.append({"tensor": i, "weights": w.numel(), "max(w)": float(t), "max|w|": float(w.abs().max()),
                      "outside [-1, 1]": n, "outside [-1, 1] (%)": 100 * n / w.numel()})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ DLG at a later round
+def train_without_noise(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, partition: Sequence[torch.Tensor], *,
+                        rounds: int, lr: float, batch_size: int = 64, seed: int = 0) -> tuple[Any, torch.Tensor]:
+    """``rounds`` rounds of PD-LDPFL (affine input and output transforms, Algorithm 1) without noise, mean weighted
+    by n_k / n, from ``model``'s weights: the trainer session (each client's trained transforms) and the global
+    base after the last round: the state in which a server attacks a later round's upload."""
+    from ..fl import ParamLayout, Run
+
+    trainer = PersonalizedLocalSGD(batch_size=batch_size, optimizer=OptimizerSpec(name="sgd", lr=lr))
+    layout = ParamLayout.from_model(model)
+    session = trainer.start(model=model, layout=layout, runs=[Run(seed=seed, partition=list(partition))],
+                            x_train=x, y_train=y)
+    glob = layout.flatten(dict(model.named_parameters())).detach()
+    n = torch.tensor([float(len(p)) for p in partition], dtype=glob.dtype, device=glob.device)
+    for r in range(1, rounds + 1):
+        up = session.train(round=r, global_vectors=glob[None], client_ids=[torch.arange(len(partition))])[0]
+        glob = (up * (n / n.sum())[:, None]).sum(0)
+    return session, glob
+
+
+@dataclass
+class LaterRoundDLG:
+    """:func:`later_round_dlg`'s result: ``table`` (one row per attack: MSE to the true image, label right) and
+    ``images`` (label -> the (1, C, H, W) image shown for it: the true one, the trivial guess, each reconstruction)."""
+
+    table: pd.DataFrame
+    images: dict[str, torch.Tensor]
+
+
+def later_round_dlg(session: Any, glob: torch.Tensor, x0: torch.Tensor, y0: torch.Tensor, *, client: int,
+                    pool: torch.Tensor, lr: float, epsilon: float, steps: int, seed: int = 0) -> LaterRoundDLG:
+    """DLG (:func:`ldptut.attacks.dlg_attack`) against client ``client``'s upload at a later round: one local SGD
+    step of learning rate ``lr`` on the image ``x0`` through the client's **trained** transforms, the base's update
+    divided by ``lr`` as the observed gradient. Rows: the same base without transforms (what FedAvg would send
+    with these weights); PD-LDPFL's upload attacked with the base alone (the oblivious attacker) and with the
+    output transform's a, b as unknowns (the adaptive attacker); PD-LDPFL's upload after Algorithm 2's PM at
+    ``epsilon`` per weight (t over the whole model), adaptive attacker; and the trivial guess every attack must
+    beat, the mean image of ``pool`` (:func:`ldptut.attacks.mean_image_mse`)."""
+    from .. import attacks
+    from ..fl import RoundContext as _Ctx
+    from ..rng import generator
+
+    ext = session.client_model(0, client, glob)
+    layout = session.layout
+    base = ext.base
+    pd_grad = layout.flatten({k[len("base."):]: v for k, v in attacks.observed_gradient(ext, x0, y0).items()
+                              if k.startswith("base.")})
+    plain = layout.flatten(attacks.observed_gradient(base, x0, y0))
+    ctx = _Ctx(round=1, client_ids=torch.arange(1), layout=layout, global_vector=glob,
+               generators=[generator(seed, "later-round-dlg-pm")], send="weights", num_samples=torch.ones(1))
+    sent = LayerScaledPiecewise(epsilon=epsilon, scope="model")((glob - lr * pd_grad)[None], context=ctx)[0]
+    noisy = (glob - sent) / lr
+    with torch.no_grad():
+        seen = ext.t_in(x0)   # what the base saw: DLG's dummy input stands for it
+    rows, images = [], {"true image": x0, "trivial guess: mean training image": pool.mean(0, keepdim=True)}
+    for label, target, adaptive in (
+            ("FedAvg (the same base, no transforms), in clear", plain, False),
+            ("PD-LDPFL, in clear, oblivious attacker (the base alone)", pd_grad, False),
+            ("PD-LDPFL, in clear, adaptive attacker (output a, b unknown)", pd_grad, True),
+            (f"PD-LDPFL after PM, ε = {epsilon:g} per weight, adaptive attacker", noisy, True)):
+        res = attacks.dlg_attack(base, target, input_shape=tuple(x0.shape[1:]), num_classes=ext.t_out.b.shape[-1],
+                                 steps=steps, generator=generator(seed, "dlg"), line_search_fn="strong_wolfe",
+                                 output_transform="affine" if adaptive else None)
+        rows.append(_scores(label, res.inputs, x0, seen, bool((res.labels == y0).all())))
+        images[label] = res.inputs
+    rows.append(_scores("trivial guess: the mean training image (no gradient)", images[
+        "trivial guess: mean training image"], x0, seen, None))
+    return LaterRoundDLG(table=pd.DataFrame(rows), images=images)
+
+
+def _scores(label: str, guess: torch.Tensor, x0: torch.Tensor, seen: torch.Tensor, label_right: Any) -> dict:
+    """One row of :func:`later_round_dlg`: MSE of ``guess`` to the true image and to T_in(x) (the image the base
+    saw), and the pixel correlation with the true image (scale-free: an affine copy of the image scores 1)."""
+    from .. import attacks
+
+    g = guess.detach().double().flatten()
+    corr = float(torch.corrcoef(torch.stack([g, x0.detach().double().flatten()]))[0, 1])
+    return {"attack": label, "MSE to the true image": float(attacks.dlg_mse(guess, x0).mean()),
+            "MSE to T_in(x)": float(attacks.dlg_mse(guess, seen).mean()), "correlation with the true image": corr,
+            "label right": label_right}
 
 
 # ------------------------------------------------------------------------------------ runs
@@ -375,7 +457,7 @@ PARAMETERS = {
     "table1_transforms": P.list_of(P.choice(*TRANSFORMS)), "init_a": P.list_of(P.real), "init_b": P.list_of(P.real),
     "cifar_model": P.choice("cnn_pool", "small_vgg", "resnet18"), "cifar_alphas": P.list_of(P.pos_float),
     "cifar_epsilons": P.list_of(P.pos_float), "cifar_rounds": P.pos_int, "cifar_n_train": P.optional(P.pos_int),
-    "dlg_steps": P.pos_int, "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
+    "dlg_steps": P.pos_int, "dlg_round": P.pos_int, "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
 }
 
 
@@ -431,3 +513,123 @@ def compare(runs: pd.DataFrame) -> pd.DataFrame:
                          "paper (%)": claim.value, "ours (%)": mean_std(g["accuracy"]) if len(g) else "not run",
                          "settings": settings})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ the controls' tables
+_SHORT = {"fedavg": "FedAvg", "privatefl": "PrivateFL", "pd_ldpfl": "PD-LDPFL", "output_only": "output only"}
+
+
+def noise_cost(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 2 beside its control: for every run with PM in ``runs`` (rows of :func:`ldptut.runcache.records_table`)
+    whose twin without noise (:func:`without_noise`) is there too, the final test accuracy (%) with PM, without
+    noise and the difference (what PM costs, in points; NaN where the PM run diverged). One row per variant, number
+    of clients, seed and method; runs of other settings are matched the same way."""
+    if not len(runs):
+        return pd.DataFrame(columns=["variant", "clients", "seed", "method", "ε", "with PM (%)", "no noise (%)",
+                                     "PM costs (points)"])
+    acc = dict(zip(runs["key"], runs["accuracy"]))
+    rows = []
+    for c, a in zip(runs["config"], runs["accuracy"]):
+        if c.mechanism is None or c.scaling is None:
+            continue
+        twin = without_noise(c).key()
+        if twin not in acc:
+            continue
+        rows.append({"variant": c.variant, "clients": c.n_clients, "seed": c.seed, "method": c.method,
+                     "ε": c.epsilon, "with PM (%)": a, "no noise (%)": acc[twin], "PM costs (points)": acc[twin] - a})
+    return pd.DataFrame(rows).drop_duplicates(["variant", "clients", "seed", "method", "ε"])
+
+
+def _num(v: float, fmt: str) -> str:
+    """``v`` in ``fmt`` without a signed zero ("-0.0" is "+0.0" or "0.0")."""
+    digits = int(fmt.rstrip("f").split(".")[-1] or 0)
+    return f"{round(v, digits) + 0.0:{fmt}}"
+
+
+def _cell(values: pd.Series, fmt: str = ".1f") -> str:
+    """'mean [lo, hi]' over seeds (Student's t, 95 %), the count of diverged runs (NaN) said apart."""
+    ok = values.dropna()
+    gone = len(values) - len(ok)
+    if not len(ok):
+        return f"diverged ({gone} of {len(values)})"
+    ci = t_interval(ok)
+    out = _num(ok.mean(), fmt) + (f" [{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]" if ci else f" ({len(ok)} seed)")
+    return out + (f", {gone} of {len(values)} diverged" if gone else "")
+
+
+def sweep_table(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl")) -> pd.DataFrame:
+    """The ε sweep (rows of :func:`ldptut.runcache.records_table`, one setting): per ε (per weight per round; "none":
+    without noise) each method's final test accuracy (%) as mean [95 % t interval] over seeds; "PD-LDPFL − FedAvg",
+    the paired difference per seed; and "gain beyond no noise", that difference minus the same seed's difference
+    without noise, the quantity the paper's claim is about: if decoupling absorbs LDP-induced heterogeneity, it is
+    positive and grows as ε falls. Seeds where a run diverged drop out of the paired columns."""
+    if not len(runs):
+        return pd.DataFrame()
+    runs = runs.assign(method=runs["config"].map(lambda c: c.method),
+                       eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)))
+    runs = runs[runs["method"].isin(methods)]
+    acc = runs.pivot_table(index=["eps", "seed"], columns="method", values="accuracy", aggfunc="first", dropna=False)
+    rows = []
+    base = None
+    if math.inf in acc.index.get_level_values(0) and {"pd_ldpfl", "fedavg"} <= set(acc.columns):
+        clear = acc.loc[math.inf]
+        base = clear["pd_ldpfl"] - clear["fedavg"]
+    for eps in sorted(set(acc.index.get_level_values(0)), reverse=True):
+        a = acc.loc[eps]
+        row = {"ε per weight per round": "none" if eps == math.inf else f"{eps:g}"}
+        for m in methods:
+            if m in a:
+                row[f"{_SHORT.get(m, m)} (%)"] = _cell(a[m])
+        if {"pd_ldpfl", "fedavg"} <= set(a.columns):
+            gain = (a["pd_ldpfl"] - a["fedavg"]).dropna()
+            row["PD-LDPFL − FedAvg (points)"] = _cell(gain, "+.1f")
+            if base is not None:
+                row["gain beyond no noise (points)"] = ("" if eps == math.inf
+                                                        else _cell((gain - base).dropna(), "+.1f"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_epsilon_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"),
+                       title: str = ""):
+    """Final test accuracy (%) against ε per weight per round (log axis; "none", no noise, at the right), one line per
+    method: the mean over seeds with its 95 % t interval as error bars, each seed's run as a dot; diverged runs are
+    marked at the bottom. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    runs = runs.assign(method=runs["config"].map(lambda c: c.method),
+                       eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)))
+    finite = sorted(e for e in set(runs["eps"]) if e != math.inf)
+    none_x = (finite[-1] * 2.5) if finite else 1.0
+    xpos = lambda e: none_x if e == math.inf else e  # noqa: E731
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, m in enumerate(methods):
+        sel = runs[runs["method"] == m]
+        if not len(sel):
+            continue
+        shift = 1 + 0.04 * (j - 1)             # side by side, so the error bars do not hide each other
+        xs, means, lo, hi = [], [], [], []
+        for e, g in sorted(sel.groupby("eps"), key=lambda t: t[0]):
+            ok = g["accuracy"].dropna()
+            ax.scatter([xpos(e) * shift] * len(ok), ok, s=10, alpha=0.4, color=f"C{j}")
+            gone = len(g) - len(ok)
+            if gone:
+                ax.scatter([xpos(e) * shift], [0], marker="x", color=f"C{j}")
+            if len(ok):
+                ci = t_interval(ok) or (ok.mean(), ok.mean())
+                xs.append(xpos(e) * shift)
+                means.append(ok.mean())
+                lo.append(ok.mean() - ci[0])
+                hi.append(ci[1] - ok.mean())
+        ax.errorbar(xs, means, yerr=[lo, hi], marker="o", capsize=3, color=f"C{j}", label=_SHORT.get(m, m))
+    ax.set_xscale("log")
+    ax.set_ylim(0, 100)
+    ticks = finite + [none_x]
+    ax.set_xticks(ticks, [f"{e:g}" for e in finite] + ["none"])
+    ax.minorticks_off()
+    ax.set(xlabel="ε per weight per round (log scale; none: no noise)", ylabel="global model test accuracy (%)",
+           title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="mean, 95 % CI over seeds; x: diverged", title_fontsize=8)
+    fig.tight_layout()
+    return fig
