@@ -285,8 +285,10 @@ def test_variants_and_the_no_noise_control_configure_what_they_say():
     assert len(sweep) == 3 * 2 * 3                 # methods x seeds x (two ε and no noise)
     assert sorted({c.epsilon for _, c in sweep}, key=lambda e: (e is None, e)) == [2.0, 8.0, None]
     assert all(c.variant == "paper" for _, c in sweep)
-    t2 = P.configs(datasets=["mnist"], clients=[5], variants=["paper", "authors_code"], no_noise=True, rounds=2)
-    assert len(t2) == 2 * 3 * 2 and sum(e == "table 2, no noise" for e, _ in t2) == 6
+    t2 = P.configs(datasets=["mnist"], clients=[5, 10], variants=["paper", "authors_code"], no_noise_clients=[10],
+                   rounds=2)
+    assert len(t2) == 2 * 3 * 2 + 6 and sum(e == "table 2, no noise" for e, _ in t2) == 6
+    assert {c.n_clients for e, c in t2 if e == "table 2, no noise"} == {10}
 
 
 def test_the_paper_variant_aggregates_weighted_by_client_sizes():

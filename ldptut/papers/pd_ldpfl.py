@@ -424,12 +424,15 @@ def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Se
 
 def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Sequence[int] = (5, 10, 25, 50),
             methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"), seeds: Sequence[int] = (0,),
-            variants: Sequence[str] = ("paper",), no_noise: bool = False, **kw: Any) -> list[tuple[str, PdLdpflRun]]:
+            variants: Sequence[str] = ("paper",), no_noise_clients: Sequence[int] = (),
+            **kw: Any) -> list[tuple[str, PdLdpflRun]]:
     """Table 2's grid: every method, data set, number of clients, seed and variant (``kw`` to :func:`table2_run`),
-    with PM; ``no_noise``: each run's twin without noise too (experiment "table 2, no noise")."""
+    with PM; for the numbers of clients in ``no_noise_clients``, each run's twin without noise too (experiment
+    "table 2, no noise")."""
     runs = [method_run(m, base=table2_run(ds, n, seed=s, variant=v, **kw))
             for v in variants for ds in datasets for n in clients for m in methods for s in seeds]
-    return [("table 2", r) for r in runs] + [("table 2, no noise", without_noise(r)) for r in runs if no_noise]
+    return [("table 2", r) for r in runs] + [("table 2, no noise", without_noise(r)) for r in runs
+                                             if r.n_clients in no_noise_clients]
 
 
 def epsilon_sweep(dataset: str, n_clients: int, *, epsilons: Sequence[float], seeds: Sequence[int],
@@ -451,8 +454,9 @@ PARAMETERS = {
     "dataset": P.choice("mnist", "fashion_mnist"), "clients": P.list_of(P.pos_int), "rounds": P.pos_int,
     "public_bound_clients": P.list_of(P.pos_int), "n_train": P.optional(P.pos_int), "seeds": P.list_of(P.nonneg_int),
     "variant": P.choice(*VARIANTS), "table2_variants": P.list_of(P.choice(*VARIANTS), nonempty=True),
-    "no_noise": P.boolean, "sweep_clients": P.optional(P.pos_int), "sweep_epsilons": P.list_of(P.pos_float),
-    "sweep_seeds": P.list_of(P.nonneg_int),
+    "no_noise_clients": P.list_of(P.pos_int), "sweep_clients": P.optional(P.pos_int),
+    "sweep_epsilons": P.list_of(P.pos_float), "sweep_seeds": P.list_of(P.nonneg_int), "sweep_rounds": P.pos_int,
+    "sweep_n_train": P.optional(P.pos_int),
     "table1_clients": P.pos_int, "table1_rounds": P.pos_int, "table1_n_train": P.optional(P.pos_int),
     "table1_transforms": P.list_of(P.choice(*TRANSFORMS)), "init_a": P.list_of(P.real), "init_b": P.list_of(P.real),
     "cifar_model": P.choice("cnn_pool", "small_vgg", "resnet18"), "cifar_alphas": P.list_of(P.pos_float),
@@ -471,13 +475,13 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
     The chapter and ``python -m ldptut.sweep pd_ldpfl`` both build their runs here."""
     seeds = list(p["seeds"])
     out = configs(datasets=[p["dataset"]], clients=p["clients"], seeds=seeds, rounds=p["rounds"], n_train=p["n_train"],
-                  variants=p["table2_variants"], no_noise=p["no_noise"])
+                  variants=p["table2_variants"], no_noise_clients=p["no_noise_clients"])
     out += [("table 2", method_run("pd_ldpfl", base=table2_run(p["dataset"], n, seed=s, rounds=p["rounds"],
                                                               n_train=p["n_train"], scaling=None, variant=p["variant"])))
             for n in p["public_bound_clients"] for s in seeds]
     if p["sweep_clients"] is not None:
         out += epsilon_sweep(p["dataset"], p["sweep_clients"], epsilons=p["sweep_epsilons"], seeds=p["sweep_seeds"],
-                             variant=p["variant"], rounds=p["rounds"], n_train=p["n_train"])
+                             variant=p["variant"], rounds=p["sweep_rounds"], n_train=p["sweep_n_train"])
     t1 = table1_run(n_clients=p["table1_clients"], rounds=p["table1_rounds"], n_train=p["table1_n_train"],
                     variant=p["variant"])
     out += [("table 1", t1.replace(input_transform=a, output_transform=b))
