@@ -370,3 +370,16 @@ def test_noise_cost_matches_each_pm_run_with_its_twin_without_noise():
     assert (cost.loc[cost["ε"] == 8.0, "PM costs (points)"] == 5.0).all()
     assert (cost.loc[cost["ε"] == 2.0, "PM costs (points)"] == 50.0).all()
     assert P.noise_cost(runs[runs["config"].map(lambda c: c.mechanism is not None)]).empty  # no twins, no rows
+
+
+def test_sweep_table_does_not_count_a_run_not_yet_trained_as_diverged():
+    runs = _fake_runs(lambda m, e, s: 90.0 + s if e is None else 85.0 + s)
+    part = runs[~((runs["seed"] == 2) & runs["config"].map(lambda c: c.mechanism is None))]   # seed 2 clear not run
+    t = P.sweep_table(part).set_index("ε per weight per round")
+    assert t.loc["none", "FedAvg (%)"] == "90.5 [84.1, 96.9]"      # seeds 0 and 1 only, none 'diverged'
+    assert t.loc["8", "gain beyond no noise (points)"] == "+0.0 [+0.0, +0.0]"
+    gone = runs.assign(accuracy=runs["accuracy"].where(runs["config"].map(lambda c: c.epsilon != 2.0 or
+                                                                      c.method != "pd_ldpfl")))
+    t = P.sweep_table(gone).set_index("ε per weight per round")
+    assert t.loc["2", "PD-LDPFL (%)"] == "diverged (3 of 3)"
+    assert t.loc["2", "PD-LDPFL − FedAvg (points)"] == "no seed with both runs finite"

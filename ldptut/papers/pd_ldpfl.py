@@ -554,6 +554,8 @@ def _cell(values: pd.Series, fmt: str = ".1f") -> str:
     """'mean [lo, hi]' over seeds (Student's t, 95 %), the count of diverged runs (NaN) said apart."""
     ok = values.dropna()
     gone = len(values) - len(ok)
+    if not len(values):
+        return "not run"
     if not len(ok):
         return f"diverged ({gone} of {len(values)})"
     ci = t_interval(ok)
@@ -561,35 +563,40 @@ def _cell(values: pd.Series, fmt: str = ".1f") -> str:
     return out + (f", {gone} of {len(values)} diverged" if gone else "")
 
 
+def _paired(a: pd.Series, b: pd.Series, fmt: str = "+.1f") -> str:
+    """:func:`_cell` of a - b over the seeds both have with finite values (Series indexed by seed)."""
+    d = (a - b).dropna()
+    return _cell(d, fmt) if len(d) else "no seed with both runs finite"
+
+
 def sweep_table(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl")) -> pd.DataFrame:
     """The ε sweep (rows of :func:`ldptut.runcache.records_table`, one setting): per ε (per weight per round; "none":
-    without noise) each method's final test accuracy (%) as mean [95 % t interval] over seeds; "PD-LDPFL − FedAvg",
-    the paired difference per seed; and "gain beyond no noise", that difference minus the same seed's difference
-    without noise, the quantity the paper's claim is about: if decoupling absorbs LDP-induced heterogeneity, it is
-    positive and grows as ε falls. Seeds where a run diverged drop out of the paired columns."""
+    without noise) each method's final test accuracy (%) as mean [95 % t interval] over seeds, diverged runs counted
+    apart; "PD-LDPFL − FedAvg", the paired difference per seed; and "gain beyond no noise", that difference minus the
+    same seed's difference without noise, the quantity the paper's claim is about: if decoupling absorbs
+    LDP-induced heterogeneity, it is positive and grows as ε falls. Seeds where a run diverged drop out of the
+    paired columns."""
     if not len(runs):
         return pd.DataFrame()
     runs = runs.assign(method=runs["config"].map(lambda c: c.method),
                        eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)))
     runs = runs[runs["method"].isin(methods)]
-    acc = runs.pivot_table(index=["eps", "seed"], columns="method", values="accuracy", aggfunc="first", dropna=False)
+
+    def acc(eps: float, method: str) -> pd.Series:   # by seed, NaN where the run diverged; absent if not run
+        sel = runs[(runs["eps"] == eps) & (runs["method"] == method)]
+        return pd.Series(sel["accuracy"].to_numpy(dtype=float), index=sel["seed"].to_numpy())
+
+    clear = acc(math.inf, "pd_ldpfl") - acc(math.inf, "fedavg") if math.inf in set(runs["eps"]) else None
     rows = []
-    base = None
-    if math.inf in acc.index.get_level_values(0) and {"pd_ldpfl", "fedavg"} <= set(acc.columns):
-        clear = acc.loc[math.inf]
-        base = clear["pd_ldpfl"] - clear["fedavg"]
-    for eps in sorted(set(acc.index.get_level_values(0)), reverse=True):
-        a = acc.loc[eps]
+    for eps in sorted(set(runs["eps"]), reverse=True):
         row = {"ε per weight per round": "none" if eps == math.inf else f"{eps:g}"}
         for m in methods:
-            if m in a:
-                row[f"{_SHORT.get(m, m)} (%)"] = _cell(a[m])
-        if {"pd_ldpfl", "fedavg"} <= set(a.columns):
-            gain = (a["pd_ldpfl"] - a["fedavg"]).dropna()
-            row["PD-LDPFL − FedAvg (points)"] = _cell(gain, "+.1f")
-            if base is not None:
-                row["gain beyond no noise (points)"] = ("" if eps == math.inf
-                                                        else _cell((gain - base).dropna(), "+.1f"))
+            row[f"{_SHORT.get(m, m)} (%)"] = _cell(acc(eps, m))
+        if {"pd_ldpfl", "fedavg"} <= set(methods):
+            row["PD-LDPFL − FedAvg (points)"] = _paired(acc(eps, "pd_ldpfl"), acc(eps, "fedavg"))
+            if clear is not None:
+                row["gain beyond no noise (points)"] = ("" if eps == math.inf else
+                                                        _paired(acc(eps, "pd_ldpfl") - acc(eps, "fedavg"), clear))
         rows.append(row)
     return pd.DataFrame(rows)
 
