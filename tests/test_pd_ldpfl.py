@@ -383,3 +383,7 @@ def test_sweep_table_does_not_count_a_run_not_yet_trained_as_diverged():
     t = P.sweep_table(gone).set_index("ε per weight per round")
     assert t.loc["2", "PD-LDPFL (%)"] == "diverged (3 of 3)"
     assert t.loc["2", "PD-LDPFL − FedAvg (points)"] == "no seed with both runs finite"
+    # a run stopped as diverged counts as diverged whatever its last accuracy (that of the broken model)
+    flagged = runs.assign(diverged=runs["config"].map(lambda c: c.epsilon == 2.0 and c.method == "fedavg"))
+    t = P.sweep_table(flagged).set_index("ε per weight per round")
+    assert t.loc["2", "FedAvg (%)"] == "diverged (3 of 3)"

@@ -563,6 +563,12 @@ def _cell(values: pd.Series, fmt: str = ".1f") -> str:
     return out + (f", {gone} of {len(values)} diverged" if gone else "")
 
 
+def _finite_accuracy(runs: pd.DataFrame) -> pd.Series:
+    """``runs``' final accuracy, NaN for a run stopped as diverged (its last accuracy is that of a broken model)."""
+    gone = runs["diverged"].astype(bool) if "diverged" in runs else pd.Series(False, index=runs.index)
+    return runs["accuracy"].where(~gone)
+
+
 def _paired(a: pd.Series, b: pd.Series, fmt: str = "+.1f") -> str:
     """:func:`_cell` of a - b over the seeds both have with finite values (Series indexed by seed)."""
     d = (a - b).dropna()
@@ -584,7 +590,7 @@ def sweep_table(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "priv
 
     def acc(eps: float, method: str) -> pd.Series:   # by seed, NaN where the run diverged; absent if not run
         sel = runs[(runs["eps"] == eps) & (runs["method"] == method)]
-        return pd.Series(sel["accuracy"].to_numpy(dtype=float), index=sel["seed"].to_numpy())
+        return pd.Series(_finite_accuracy(sel).to_numpy(dtype=float), index=sel["seed"].to_numpy())
 
     clear = acc(math.inf, "pd_ldpfl") - acc(math.inf, "fedavg") if math.inf in set(runs["eps"]) else None
     rows = []
@@ -621,7 +627,7 @@ def plot_epsilon_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg"
         shift = 1 + 0.04 * (j - 1)             # side by side, so the error bars do not hide each other
         xs, means, lo, hi = [], [], [], []
         for e, g in sorted(sel.groupby("eps"), key=lambda t: t[0]):
-            ok = g["accuracy"].dropna()
+            ok = _finite_accuracy(g).dropna()
             ax.scatter([xpos(e) * shift] * len(ok), ok, s=10, alpha=0.4, color=f"C{j}")
             gone = len(g) - len(ok)
             if gone:
