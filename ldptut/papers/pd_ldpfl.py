@@ -221,7 +221,6 @@ def later_round_dlg(session: Any, glob: torch.Tensor, x0: torch.Tensor, y0: torc
     ``epsilon`` per weight (t over the whole model), adaptive attacker; and the trivial guess every attack must
     beat, the mean image of ``pool`` (:func:`ldptut.attacks.mean_image_mse`)."""
     from .. import attacks
-    from ..fl import RoundContext as _Ctx
     from ..rng import generator
 
     ext = session.client_model(0, client, glob)
@@ -230,7 +229,7 @@ def later_round_dlg(session: Any, glob: torch.Tensor, x0: torch.Tensor, y0: torc
     pd_grad = layout.flatten({k[len("base."):]: v for k, v in attacks.observed_gradient(ext, x0, y0).items()
                               if k.startswith("base.")})
     plain = layout.flatten(attacks.observed_gradient(base, x0, y0))
-    ctx = _Ctx(round=1, client_ids=torch.arange(1), layout=layout, global_vector=glob,
+    ctx = RoundContext(round=1, client_ids=torch.arange(1), layout=layout, global_vector=glob,
                generators=[generator(seed, "later-round-dlg-pm")], send="weights", num_samples=torch.ones(1))
     sent = LayerScaledPiecewise(epsilon=epsilon, scope="model")((glob - lr * pd_grad)[None], context=ctx)[0]
     noisy = (glob - sent) / lr
