@@ -21,7 +21,8 @@ from . import data as _data
 from . import models as _models
 from . import partition as _partition
 from ._validate import one_of
-from .fl import ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, LocalPerturbation, Run, simulate
+from .fl import (ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, InitialModelRange, LocalPerturbation,
+                 Run, simulate)
 from .mechanisms import MECHANISMS
 from .provenance import numerics_flag, run_mechanisms
 from .runcache import RunCache, RunRecord, records_table
@@ -40,7 +41,7 @@ class FedAvgRun(RunConfig):
 
     ``mechanism``: a name of :data:`ldptut.mechanisms.MECHANISMS` (e.g. "two_point") or None (non-private);
     ``epsilon`` is then per coordinate per round and ``range`` the clipping range rule (:class:`FixedRange`
-    or :class:`GlobalModelRange`). ``mechanism="clip"`` (with a ``range``, no ``epsilon``) is the ablation that
+    or :class:`GlobalModelRange`, or :class:`InitialModelRange`). ``mechanism="clip"`` (with a ``range``, no ``epsilon``) is the ablation that
     clips to the range and adds no noise (:class:`~ldptut.fl.ClipToRange`; not private). ``train_eval``: also
     record training accuracy every ``train_eval_every`` rounds and at the last (:class:`~ldptut.fl.FLConfig`; both
     left out of the cache key at their defaults). ``partition``: "iid" (equal shards) or "dirichlet" (label skew with
@@ -66,7 +67,7 @@ class FedAvgRun(RunConfig):
     aggregator: str = "mean"
     mechanism: Optional[str] = None
     epsilon: Optional[float] = None
-    range: Optional[FixedRange | GlobalModelRange] = None
+    range: Optional[FixedRange | GlobalModelRange | InitialModelRange] = None
     train_eval: bool = False
     train_eval_every: int = 1
 

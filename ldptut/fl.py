@@ -47,7 +47,7 @@ from .runconfig import config_value
 from .training import LocalSGD, OptimizerSpec, Trainer, batch_schedule
 
 __all__ = [
-    "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange", "RANGE_RULES",
+    "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange", "InitialModelRange", "RANGE_RULES",
     "LocalPerturbation", "ClipToRange", "PairedPerturbation", "RecordPayloads", "mean_aggregator", "weighted_mean_aggregator", "AGGREGATORS",
     "make_aggregator", "sample_clients", "evaluate", "load_vector", "Run", "FLConfig", "FLResult", "simulate",
     "run_fedavg", "train_centralised",
@@ -112,6 +112,7 @@ class RoundContext:
     num_samples: torch.Tensor  # samples per sampled client, float
     server_generator: torch.Generator | None = None
     seed: int = 0
+    initial_vector: torch.Tensor | None = None  # the run's global model before round 1 (public: no client data)
 
     @property
     def device(self) -> torch.device:
@@ -178,16 +179,38 @@ class GlobalModelRange:
         object.__setattr__(self, "min_radius", real(self.min_radius, "min_radius", positive=True))
 
     def __call__(self, context: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
-        g = context.global_vector
         if context.send == "updates":
-            raise ValueError("GlobalModelRange bounds weights; use send='weights' (LDP-FL perturbs weights)")
-        centers, radii = [], []
-        for s in context.layout.slices:
-            lo, hi = g[s].min(), g[s].max()
-            centers.append((hi + lo) / 2)
-            radii.append(self.margin * (hi - lo) / 2 + self.min_radius)
-        idx = context.layout.layer_index(g.device)
-        return torch.stack(centers)[idx], torch.stack(radii)[idx]
+            raise ValueError(f"{type(self).__name__} bounds weights; use send='weights' (LDP-FL perturbs weights)")
+        return _layer_ranges(self._model(context), context.layout, margin=self.margin, min_radius=self.min_radius)
+
+    def _model(self, context: RoundContext) -> torch.Tensor:
+        return context.global_vector
+
+
+def _layer_ranges(g: torch.Tensor, layout: ParamLayout, *, margin: float,
+                  min_radius: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-coordinate (centre, radius) of the layer-wise range of ``g``: c_l = (max + min) / 2,
+    r_l = margin (max - min) / 2 + min_radius over each parameter tensor l."""
+    centers, radii = [], []
+    for s in layout.slices:
+        lo, hi = g[s].min(), g[s].max()
+        centers.append((hi + lo) / 2)
+        radii.append(margin * (hi - lo) / 2 + min_radius)
+    idx = layout.layer_index(g.device)
+    return torch.stack(centers)[idx], torch.stack(radii)[idx]
+
+
+@config_value("initial")
+@dataclass(frozen=True)
+class InitialModelRange(GlobalModelRange):
+    """:class:`GlobalModelRange`'s per-layer rule applied to the run's **initial** global model (round 0, public),
+    so the range is fixed for the whole run: the ablation that removes the adaptive range's feedback (a range
+    recomputed from a noisy model, whose noise is scaled by that range). Weights that outgrow it are clipped."""
+
+    def _model(self, context: RoundContext) -> torch.Tensor:
+        if context.initial_vector is None:
+            raise ValueError("InitialModelRange needs the round context's initial_vector (set by fl.simulate)")
+        return context.initial_vector
 
 
 #: The range rules by name ("fixed": a public constant range, "adaptive": from the global model).
@@ -678,6 +701,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     layout = ParamLayout.from_model(model)
     init = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
     glob = torch.stack([init if r.initial is None else r.initial.to(device=device, dtype=init.dtype) for r in runs])
+    start = glob.clone()  # each run's initial global model, for range rules fixed at it (InitialModelRange)
     n_clients = len(runs[0].partition)
     aggregators = [make_aggregator(r.aggregator) for r in runs]
     sizes = [torch.tensor([len(p) for p in r.partition], dtype=torch.float32) for r in runs]
@@ -712,7 +736,8 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                 round=r, client_ids=cids, layout=layout, global_vector=glob[a],
                 generators=[client_generator(run.seed, r, i, "privatize", device=device) for i in ids[a].tolist()],
                 send=config.send, num_samples=sizes[a][ids[a]].to(device),
-                server_generator=round_generator(run.seed, r, "server", device=device), seed=run.seed)
+                server_generator=round_generator(run.seed, r, "server", device=device), seed=run.seed,
+                initial_vector=start[a])
             # local training diverged (non-finite weights): nothing to perturb, and no mechanism takes NaN; the round's
             # model is non-finite, which the divergence check below records ("stop") or raises
             private = run.privatizer is not None

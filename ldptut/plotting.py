@@ -6,7 +6,7 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import pandas as pd
 
-__all__ = ["plot_moments", "plot_accuracy", "plot_images"]
+__all__ = ["plot_moments", "plot_accuracy", "plot_images", "plot_accuracy_vs_epsilon"]
 
 
 def plot_moments(tables: Mapping[str, pd.DataFrame], *, bound: Mapping[str, float] | None = None,
@@ -69,4 +69,51 @@ def plot_images(images: Mapping[str, "torch.Tensor"], *, ncols: int = 6, size: f
         fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (nrows * (size + 0.7))))
     else:
         fig.tight_layout()
+    return fig
+
+
+def plot_accuracy_vs_epsilon(runs: pd.DataFrame, *, series: Mapping[str, str], title: str = "",
+                             styles: Mapping[str, Mapping] | None = None, ylim: tuple[float, float] = (0, 100)):
+    """Final test accuracy (%) against ε per weight per round (log axis; ``eps`` = inf, "none", no noise, at the
+    right), one line per key of ``series`` (the values of the column ``series``; ``series`` maps each to its legend
+    label): the mean over seeds with its 95 % Student t interval as error bars, each seed's run as a dot, a run whose
+    ``accuracy`` is NaN (diverged) as an x at the bottom. Columns used: ``series``, ``eps``, ``accuracy`` (%).
+    Series side by side (small x shifts) so the error bars do not hide each other. Returns the figure."""
+    from .papers import t_interval
+
+    inf = float("inf")
+    finite = sorted(e for e in set(runs["eps"]) if e != inf)
+    none_x = (finite[-1] * 2.5) if finite else 1.0
+    has_none = bool((runs["eps"] == inf).any())
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, (key, label) in enumerate(series.items()):
+        sel = runs[runs["series"] == key]
+        if not len(sel):
+            continue
+        style = {"color": f"C{j}", "marker": "o", **dict((styles or {}).get(key, {}))}
+        shift = 1 + 0.04 * (j - (len(series) - 1) / 2)
+        xs, means, lo, hi = [], [], [], []
+        for e, g in sorted(sel.groupby("eps"), key=lambda t: t[0]):
+            x = (none_x if e == inf else e) * shift
+            ok = g["accuracy"].dropna()
+            ax.scatter([x] * len(ok), ok, s=10, alpha=0.4, color=style["color"])
+            if len(g) > len(ok):
+                ax.scatter([x], [ylim[0]], marker="x", s=40, color=style["color"], clip_on=False, zorder=3)
+            if len(ok):
+                ci = t_interval(ok) or (ok.mean(), ok.mean())
+                xs.append(x)
+                means.append(ok.mean())
+                lo.append(ok.mean() - ci[0])
+                hi.append(ci[1] - ok.mean())
+        ax.errorbar(xs, means, yerr=[lo, hi], capsize=3, label=label, **style)
+    ax.set_xscale("log")
+    ax.set_ylim(*ylim)
+    ticks = finite + ([none_x] if has_none else [])
+    ax.set_xticks(ticks, [f"{e:g}" for e in finite] + (["none"] if has_none else []))
+    ax.minorticks_off()
+    ax.set(xlabel="ε per weight per round (log scale" + ("; none: no noise)" if has_none else ")"),
+           ylabel="global model test accuracy (%)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="mean, 95 % CI over seeds; x: diverged", title_fontsize=8)
+    fig.tight_layout()
     return fig

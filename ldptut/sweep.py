@@ -8,7 +8,8 @@ Ray task, which trains it and writes its records into the cache (``run_cache`` o
 relative to ``book/``, or ``--cache``) as it finishes. So a sweep that is killed resumes where it stopped: run it
 again (an interrupt, Ctrl-C, force-cancels the running tasks; their runs are not stored). A task that raises is
 retried (``--max-retries``) and, if it still fails, reported with its error at the end (exit code 1), never dropped.
-The chapter's page then loads the cache as usual (``make reproduce CHAPTER=... LOAD_ONLY=1``).
+A paper module's ``followup(params, table)`` names runs that depend on the grid's results (CorBin-FL: each method at
+the λ chosen on validation); they are trained after the grid, in a second stage. The chapter's page then loads the cache as usual (``make reproduce CHAPTER=... LOAD_ONLY=1``).
 
 Ray is an optional dependency (``pip install -e '.[sweep]'``). Without ``--address`` Ray starts locally inside this
 process (no setup; ``--num-cpus`` caps it); with one (``ray://host:10001`` or ``auto``) the tasks run on that
@@ -31,8 +32,8 @@ from .devices import resolve_device
 from .runcache import RunCache
 from .runconfig import RunConfig, group_indices
 
-__all__ = ["notebook_parameters", "chapter_parameters", "chapter_grid", "pending_groups", "SweepReport", "run_sweep",
-           "main"]
+__all__ = ["notebook_parameters", "chapter_parameters", "chapter_grid", "followup_grid", "pending_groups", "SweepReport",
+           "run_sweep", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
@@ -309,11 +310,37 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             for c in g:
                 print(f"  {c.key()}  {c.label() if hasattr(c, 'label') else c}")
         return 0
-    report = run_sweep(configs, cache_dir=cache, device=args.device, address=args.address, num_cpus=args.num_cpus,
-                       cpus_per_task=args.cpus_per_task, gpus_per_task=args.gpus_per_task,
-                       max_retries=args.max_retries)
+    kw = dict(cache_dir=cache, device=args.device, address=args.address, num_cpus=args.num_cpus,
+              cpus_per_task=args.cpus_per_task, gpus_per_task=args.gpus_per_task, max_retries=args.max_retries)
+    report = run_sweep(configs, **kw)
     print(report.summary())
+    if not report.ok:
+        return 1
+    later = followup_grid(args.chapter, params, RunCache(cache))
+    if later:
+        print(f"follow-up runs (they depend on the grid's results): {len(later)}")
+        report = run_sweep([c for _, c in later], **kw)
+        print(report.summary())
     return 0 if report.ok else 1
+
+
+def followup_grid(chapter: str, params: Mapping[str, Any], cache: RunCache) -> list[tuple[str, RunConfig]]:
+    """The runs of ``chapter`` that depend on its grid's results (its paper module's ``followup(params, table)``,
+    given the stored runs of the grid as a records table with an ``experiment`` column; e.g. CorBin-FL's runs at the
+    λ chosen on validation); empty when the module has none. Raises if a grid run is not stored."""
+    from .runcache import records_table
+
+    mod = _paper_module(chapter)
+    if not hasattr(mod, "followup"):
+        return []
+    grid = chapter_grid(chapter, params)
+    records = [(e, cache.load(c)) for e, c in grid]
+    missing = [c.key() for (_, c), (_, r) in zip(grid, records) if r is None]
+    if missing:
+        raise ValueError(f"{len(missing)} grid run(s) not stored in {cache.directory}, e.g. {missing[0]}: run the grid first")
+    table = records_table(r for _, r in records)
+    table.insert(0, "experiment", [e for e, _ in records])
+    return list(mod.followup(params, table))
 
 
 if __name__ == "__main__":

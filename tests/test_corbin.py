@@ -16,6 +16,7 @@ from ldptut.mechanisms import CorrelatedTwoPoint, TwoPoint, codebook_cdf, two_po
 from ldptut.papers import corbin
 from ldptut.rng import generator
 from ldptut.runcache import RunRecord, records_table
+from ldptut.runconfig import config_from_dict
 from ldptut.training import LocalSGD, OptimizerSpec
 
 XL = torch.tensor([-1.0, -0.9, -0.2, 0.0, 0.3, 0.8, 1.0, 0.05])
@@ -444,3 +445,77 @@ def test_authors_code_rounds_runs_their_main_with_their_mnist_command_and_reads_
     (tmp_path / "main.py").write_text("raise SystemExit(3)\n")
     with pytest.raises(RuntimeError, match="failed"):
         corbin.authors_code_rounds(str(tmp_path), method="ldp_fl", epsilon=1.0, rounds=1)
+
+
+# ---------------------------------------------------------------------------------------- the issue's controls
+def test_initial_model_range_is_the_initial_models_layer_range_in_every_round():
+    """The fixed-range ablation: the rule reads the run's round-0 model, never the current one (which a copy of
+    GlobalModelRange would), and simulate hands every round the same initial vector."""
+    data, parts = _toy()
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+    seen = []
+
+    class Recorder:  # the two rules' ranges in each round, then the plain two-point privatizer's work is skipped
+        def __call__(self, x, *, context):
+            seen.append((context.round, fl.InitialModelRange()(context), fl.GlobalModelRange()(context),
+                         context.initial_vector.clone(), context.global_vector.clone()))
+            return x
+
+    cfg = fl.FLConfig(rounds=3, trainer=LocalSGD(batch_size=32, optimizer=OptimizerSpec(lr=0.5)), progress=False)
+    res = fl.simulate(cfg, [fl.Run(seed=1, partition=parts, privatizer=Recorder())], model=model, **data)
+    layout = res.layout
+    init = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
+    for r, (c_fix, r_fix), (c_glob, r_glob), initial, glob in seen:
+        assert torch.equal(initial, init)
+        s = layout.slices[0]
+        assert torch.allclose(c_fix[s], (init[s].max() + init[s].min()) / 2 * torch.ones(1))
+        assert torch.allclose(r_fix[s], (init[s].max() - init[s].min()) / 2 + 1e-6)
+        assert torch.allclose(r_glob[s], (glob[s].max() - glob[s].min()) / 2 + 1e-6)
+        if r > 1:  # the model has moved: the adaptive range differs, the fixed one does not
+            assert not torch.allclose(r_glob, r_fix)
+    assert [s[0] for s in seen] == [1, 2, 3]
+
+
+def _tune_table(rows):
+    """A records table of "tune λ" runs: (method, ε, λ or None, seed, validation accuracy %, diverged)."""
+    val = BASE.replace(validation=1000)
+    recs = []
+    for m, e, lam, seed, acc, gone in rows:
+        c = corbin.run(m, base=val.replace(seed=seed, smoothing=lam), epsilon=e)
+        h = pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc / 100], "loss": [2.0, 1.0], "diverged": [False, gone]})
+        recs.append(RunRecord(config=c, history=h, provenance={}))
+    return records_table(recs)
+
+
+def test_lambda_is_chosen_on_validation_per_method_and_epsilon_and_never_one_that_diverged():
+    t = _tune_table([
+        ("ldp_fl", 1.0, None, 0, 80.0, False), ("ldp_fl", 1.0, 0.3, 0, 90.0, False), ("ldp_fl", 1.0, 0.1, 0, 85.0, False),
+        ("coq_fl", 1.0, None, 0, 95.0, True), ("coq_fl", 1.0, 0.3, 0, 60.0, False),      # the best score diverged
+        ("ldp_fl", 0.1, None, 0, 10.0, True), ("ldp_fl", 0.1, 0.3, 0, 10.0, True),        # every λ diverged
+        ("coq_fl", 3.0, None, 0, 97.0, False), ("coq_fl", 3.0, 0.3, 0, 97.0, False),       # a tie: the plain mean
+        ("coq_fl", 3.0, None, 1, 97.0, False), ("coq_fl", 3.0, 0.3, 1, 96.0, False),
+    ])
+    best = corbin.choose_smoothing(t)
+    assert best == {("ldp_fl", 1.0): 0.3, ("coq_fl", 1.0): 0.3, ("ldp_fl", 0.1): None, ("coq_fl", 3.0): 1.0}
+    runs = corbin.smoothed_runs(BASE, best, seeds=[0, 1])
+    assert sorted((c.method, c.epsilon, c.smoothing or 1.0, c.seed, c.validation) for _, c in runs) == sorted([
+        ("ldp_fl", 1.0, 0.3, 0, None), ("ldp_fl", 1.0, 0.3, 1, None), ("coq_fl", 1.0, 0.3, 0, None),
+        ("coq_fl", 1.0, 0.3, 1, None), ("coq_fl", 3.0, 1.0, 0, None), ("coq_fl", 3.0, 1.0, 1, None)])
+    shown = corbin.tuning_table(t)
+    assert shown.set_index(["method", "ε"]).loc[("ldp_fl", 0.1), "λ chosen"] == "none: every λ diverged"
+    on_test = RunRecord(config=corbin.run("ldp_fl", base=BASE, epsilon=1.0), provenance={},
+                        history=pd.DataFrame({"round": [1], "accuracy": [0.5], "loss": [1.0]}))
+    with pytest.raises(ValueError, match="validation"):
+        corbin.choose_smoothing(records_table([on_test]))
+
+
+def test_fixed_range_runs_differ_from_the_adaptive_ones_only_in_the_range():
+    runs = corbin.fixed_range_runs(BASE, seeds=[0, 1], epsilons=[1.0])
+    assert [(c.method, c.seed) for _, c in runs] == [("ldp_fl", 0), ("ldp_fl", 1), ("coq_fl", 0), ("coq_fl", 1)]
+    for _, c in runs:
+        twin = corbin.run(c.method, base=BASE.replace(seed=c.seed), epsilon=1.0)
+        assert isinstance(c.range, fl.InitialModelRange) and isinstance(twin.range, fl.GlobalModelRange)
+        assert c.replace(range=twin.range) == twin and c.key() != twin.key()
+        assert config_from_dict(c.to_dict()) == c                      # the rule survives the run cache
+    assert corbin.compare(records_table([RunRecord(config=runs[2][1], history=pd.DataFrame(
+        {"round": [1], "accuracy": [0.5], "loss": [1.0]}), provenance={})]))["ours (%)"].eq("not run").all()

@@ -8,6 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ldptut import sweep
@@ -68,8 +69,10 @@ def _keys(pairs):
 
 
 def test_corbin_grid_is_the_notebooks_runs_before_lambda_is_chosen():
-    """"vs epsilon" (FedAvg, LDP-FL, CoQ-FL at ε = 1, one seed) and "tune λ" (2 methods x λ in {1, 0.2} on the
-    validation split); the "smoothed" runs need the λ chosen on validation and are left to the notebook."""
+    """"vs epsilon" (FedAvg, LDP-FL, CoQ-FL at every ε, one seed), "tune λ" (2 methods x λ in {1, 0.2} on the
+    validation split, at each ε of smoothing_epsilons) and "fixed range"; the "smoothed" runs need the λ chosen on
+    validation: the follow-up stage."""
+    from ldptut import fl
     from ldptut.papers import corbin as C
 
     p = sweep.chapter_parameters("corbin")
@@ -79,17 +82,41 @@ def test_corbin_grid_is_the_notebooks_runs_before_lambda_is_chosen():
     lams = [None] + [l for l in p["smoothing_grid"] if l != 1.0]
     val_base = base.replace(validation=p["validation"], n_test=None)
     notebook = C.configs(base, seeds=p["seeds"], epsilons=p["epsilons"]) + [
-        ("tune λ", C.run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=p["smoothing_epsilon"]))
-        for m in ("ldp_fl", "coq_fl") for l in lams for s in p["seeds"]]
+        ("tune λ", C.run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=e))
+        for e in p["smoothing_epsilons"] for m in ("ldp_fl", "coq_fl") for l in lams for s in p["tuning_seeds"]] + [
+        ("fixed range", C.run(m, base=base.replace(seed=s), epsilon=e).replace(range=fl.InitialModelRange()))
+        for e in p["fixed_range_epsilons"] for m in ("ldp_fl", "coq_fl") for s in p["seeds"]]
     assert _keys(g) == _keys(notebook) and [e for e, _ in g] == [e for e, _ in notebook]
-    assert [e for e, _ in g].count("vs epsilon") == 3 and [e for e, _ in g].count("tune λ") == 4
+    kinds = [e for e, _ in g]
+    assert (kinds.count("vs epsilon"), kinds.count("tune λ"), kinds.count("fixed range")) == (1 + 2 * 3, 4, 2)
     assert all(c.validation == p["validation"] and c.n_test is None for e, c in g if e == "tune λ")
-    assert not any(c.validation for e, c in g if e == "vs epsilon")
-    chosen = C.smoothed_runs(base, {"coq_fl": 0.2, "ldp_fl": 1.0}, seeds=[0], epsilon=1.0)
-    assert [(c.method, c.smoothing, c.validation) for _, c in chosen] == [("coq_fl", 0.2, None), ("ldp_fl", None, None)]
+    assert not any(c.validation for e, c in g if e != "tune λ")
+    # the follow-up: the λ chosen on validation (here λ = 0.2 for CoQ-FL, the plain mean for LDP-FL) on every seed
+    from ldptut.runcache import RunRecord, records_table
+
+    acc = {("coq_fl", 0.2): 0.9, ("coq_fl", None): 0.5, ("ldp_fl", 0.2): 0.4, ("ldp_fl", None): 0.6}
+    recs = [RunRecord(config=c, provenance={}, history=pd.DataFrame(
+        {"round": [1], "accuracy": [acc[(c.method, c.smoothing)]], "loss": [1.0]})) for e, c in g if e == "tune λ"]
+    table = records_table(recs)
+    table.insert(0, "experiment", "tune λ")
+    chosen = C.followup(p, table)
+    assert [(c.method, c.smoothing, c.validation, c.epsilon) for _, c in chosen] == [("coq_fl", 0.2, None, 1.0),
+                                                                                    ("ldp_fl", None, None, 1.0)]
     assert {c.key() for _, c in chosen} & set(_keys(g)) == {chosen[1][1].key()}  # λ = 1 on test: a "vs epsilon" run
     paper = sweep.chapter_grid("corbin", sweep.chapter_parameters("corbin", ROOT / "book/params/corbin-cifar10-paper.yaml"))
-    assert len(paper) == len(set(_keys(paper))) == 5 * (1 + 2 * 2) + 2 * 10 * 5   # 5 seeds, 2 ε; 2 methods x 10 λ
+    # 5 seeds, 2 ε; tuning: 2 ε x 2 methods x 10 λ on one seed; fixed range: 2 methods x 5 seeds
+    assert len(paper) == len(set(_keys(paper))) == 5 * (1 + 2 * 2) + 2 * 2 * 10 + 2 * 5
+    mnist = sweep.chapter_grid("corbin", sweep.chapter_parameters("corbin", ROOT / "book/params/corbin-paper.yaml"))
+    assert len(mnist) == len(set(_keys(mnist))) == 3 * (1 + 2 * 4) + 4 * 2 * 3 + 2 * 3
+
+
+def test_the_followup_stage_needs_the_grid_stored(tmp_path):
+    from ldptut.runcache import RunCache
+
+    p = sweep.chapter_parameters("corbin")
+    with pytest.raises(ValueError, match="not stored.*run the grid first"):
+        sweep.followup_grid("corbin", p, RunCache(tmp_path))
+    assert sweep.followup_grid("fedsel", sweep.chapter_parameters("fedsel"), RunCache(tmp_path)) == []
 
 
 def _fedsel_notebook_runs(p):

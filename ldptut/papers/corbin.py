@@ -37,7 +37,8 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance",
            "binary_report_epsilon", "own_report_epsilon", "sampled_own_report_epsilon", "colluding_view_loss",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
            "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
-           "tuning_runs", "smoothed_runs", "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
+           "tuning_runs", "tuning_table", "choose_smoothing", "smoothed_runs", "fixed_range_runs", "followup",
+           "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
            "authors_code_rounds"]
 
 PAPER = Paper(
@@ -449,26 +450,71 @@ def configs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterable[float],
     return out
 
 
-def tuning_runs(base: CorbinRun, *, seeds: Sequence[int], smoothing_grid: Sequence[float], epsilon: float,
-                validation: int) -> list[tuple[str, CorbinRun]]:
-    """The grid "tune λ": LDP-FL and CoQ-FL at ``epsilon`` with the plain mean (λ = 1) and every other λ of
-    ``smoothing_grid``, evaluated on ``validation`` held-out training images (never the test set), for every seed;
-    none when ``smoothing_grid`` is empty."""
+def tuning_runs(base: CorbinRun, *, seeds: Sequence[int], smoothing_grid: Sequence[float],
+                epsilons: Iterable[float], validation: int) -> list[tuple[str, CorbinRun]]:
+    """The grid "tune λ": LDP-FL and CoQ-FL at every ε of ``epsilons`` with the plain mean (λ = 1) and every other λ
+    of ``smoothing_grid``, evaluated on ``validation`` held-out training images (never the test set), for every seed
+    of ``seeds``; none when ``smoothing_grid`` is empty. The authors chose λ per ε (on test accuracy)."""
     if not smoothing_grid:
         return []
     val_base = base.replace(validation=validation, n_test=None)
     lams = [None] + [l for l in smoothing_grid if l != 1.0]
-    return [("tune λ", run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=epsilon))
-            for m in ("ldp_fl", "coq_fl") for l in lams for s in seeds]
+    return [("tune λ", run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=e))
+            for e in epsilons for m in ("ldp_fl", "coq_fl") for l in lams for s in seeds]
 
 
-def smoothed_runs(base: CorbinRun, best: Mapping[str, float], *, seeds: Sequence[int],
-                  epsilon: float) -> list[tuple[str, CorbinRun]]:
-    """The runs "smoothed": each method of ``best`` (method -> the λ it scored best with on validation; 1 is the
-    plain mean) at ``epsilon`` on the test set, for every seed. They depend on the "tune λ" results, so they are
-    not in :func:`grid`."""
-    return [("smoothed", run(m, base=base.replace(seed=s, smoothing=None if best[m] == 1.0 else best[m]),
-                             epsilon=epsilon)) for m in best.keys() for s in seeds]
+def tuning_table(tune: pd.DataFrame) -> pd.DataFrame:
+    """The "tune λ" runs (rows of :func:`ldptut.runcache.records_table`) as one row per method and ε (per weight per
+    round): final validation accuracy (%) per λ (λ = 1 the plain mean; "mean (n seeds)", diverged runs counted
+    apart, :func:`outcome`) and the λ chosen (:func:`choose_smoothing`)."""
+    if not len(tune):
+        return pd.DataFrame()
+    t = tune.assign(method=tune["config"].map(lambda c: c.method), ε=tune["epsilon"].astype(float),
+                    λ=tune["smoothing"].map(lambda l: 1.0 if pd.isna(l) else float(l)))
+    shown = t.groupby(["method", "ε", "λ"])[["accuracy", "diverged", "last_round"]].apply(outcome).unstack("λ")
+    shown.columns = [f"λ = {l:g}" for l in shown.columns]
+    best = choose_smoothing(tune)
+    shown["λ chosen"] = [("none: every λ diverged" if best.get(k) is None else f"{best[k]:g}") for k in shown.index]
+    return shown.reset_index()
+
+
+def choose_smoothing(tune: pd.DataFrame) -> dict[tuple[str, float], Optional[float]]:
+    """λ per (method, ε) from the "tune λ" runs (validation split): the λ whose runs have the highest mean final
+    validation accuracy over the tuning seeds, among the λ none of whose runs diverged (a λ that blows up on one
+    seed is not chosen); ties go to the larger λ (the plain mean, 1, first: the simpler server). None where every λ
+    diverged on some seed. Never reads the test set."""
+    if not len(tune):
+        return {}
+    if (tune["validation"].isna()).any():
+        raise ValueError("choose_smoothing takes the 'tune λ' runs only (evaluated on the validation split); "
+                         "some rows were evaluated on the test set")
+    t = tune.assign(method=tune["config"].map(lambda c: c.method), eps=tune["epsilon"].astype(float),
+                    lam=tune["smoothing"].map(lambda l: 1.0 if pd.isna(l) else float(l)),
+                    gone=tune["diverged"].astype(bool) if "diverged" in tune else False)
+    out: dict[tuple[str, float], Optional[float]] = {}
+    for (m, e), g in t.groupby(["method", "eps"], sort=True):
+        score = {lam: float(h["accuracy"].mean()) for lam, h in g.groupby("lam") if not h["gone"].any()}
+        out[(m, e)] = max(score, key=lambda lam: (score[lam], lam)) if score else None
+    return out
+
+
+def smoothed_runs(base: CorbinRun, best: Mapping[tuple[str, float], Optional[float]], *,
+                  seeds: Sequence[int]) -> list[tuple[str, CorbinRun]]:
+    """The runs "smoothed": for each (method, ε) of ``best`` (:func:`choose_smoothing`: the λ chosen on validation; 1
+    is the plain mean, None: every λ diverged, no run) that method at that ε on the test set, for every seed. They
+    depend on the "tune λ" results, so they are not in :func:`grid` (:func:`followup`)."""
+    return [("smoothed", run(m, base=base.replace(seed=s, smoothing=None if lam == 1.0 else lam), epsilon=e))
+            for (m, e), lam in best.items() if lam is not None for s in seeds]
+
+
+def fixed_range_runs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterable[float]) -> list[tuple[str, CorbinRun]]:
+    """The ablation "fixed range": LDP-FL and CoQ-FL with the plain mean at every ε of ``epsilons``, the range fixed at
+    the initial model's per-layer range (:class:`ldptut.fl.InitialModelRange`) instead of recomputed each round from
+    the noisy global model; everything else as in "vs epsilon" (same seeds, so the pairs are comparable)."""
+    from ..fl import InitialModelRange
+
+    return [("fixed range", run(m, base=base.replace(seed=s), epsilon=e).replace(range=InitialModelRange()))
+            for e in epsilons for m in ("ldp_fl", "coq_fl") for s in seeds]
 
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
@@ -478,8 +524,9 @@ PARAMETERS = {
     "rounds": P.pos_int, "n_clients": P.pos_int,
     "n_train": P.optional(P.pos_int), "n_test": P.optional(P.pos_int), "seeds": P.list_of(P.nonneg_int),
     "epsilons": P.list_of(P.pos_float), "num_rand": P.nonneg_int, "smoothing_grid": P.list_of(P.fraction),
-    "smoothing_epsilon": P.pos_float, "validation": P.pos_int, "pair_samples": P.pos_int, "device": P.device,
-    "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
+    "smoothing_epsilons": P.list_of(P.pos_float), "tuning_seeds": P.list_of(P.nonneg_int),
+    "validation": P.pos_int, "fixed_range_epsilons": P.list_of(P.pos_float), "pair_samples": P.pos_int,
+    "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
 }
 
 
@@ -491,16 +538,29 @@ def base_run(p: Mapping[str, Any]) -> CorbinRun:
 
 def grid(p: Mapping[str, Any]) -> list[tuple[str, CorbinRun]]:
     """The chapter's runs that its parameters ``p`` (the notebook's names, e.g. a parameter file over the defaults)
-    fix before any training: "vs epsilon" (:func:`configs`) and "tune λ" (:func:`tuning_runs` at
-    ``smoothing_epsilon``). The chapter and ``python -m ldptut.sweep corbin`` both build their runs here.
+    fix before any training: "vs epsilon" (:func:`configs`), "tune λ" (:func:`tuning_runs` at every ε of
+    ``smoothing_epsilons``, seeds ``tuning_seeds``) and "fixed range" (:func:`fixed_range_runs` at
+    ``fixed_range_epsilons``). The chapter and ``python -m ldptut.sweep corbin`` both build their runs here.
 
-    Not in it: the "smoothed" runs (:func:`smoothed_runs`), which use the λ each method scores best with on the
-    validation split, known only once the "tune λ" runs are trained. A sweep trains the tuning runs; the notebook
-    then picks λ and trains those few runs (two methods x seeds) itself."""
+    Not in it: the "smoothed" runs (:func:`followup`), which use the λ each method scores best with on the
+    validation split, known only once the "tune λ" runs are trained; the sweep trains them after the grid."""
     base = base_run(p)
-    return configs(base, seeds=p["seeds"], epsilons=p["epsilons"]) + tuning_runs(
-        base, seeds=p["seeds"], smoothing_grid=p["smoothing_grid"], epsilon=p["smoothing_epsilon"],
-        validation=p["validation"])
+    return (configs(base, seeds=p["seeds"], epsilons=p["epsilons"])
+            + tuning_runs(base, seeds=p["tuning_seeds"], smoothing_grid=p["smoothing_grid"],
+                          epsilons=p["smoothing_epsilons"], validation=p["validation"])
+            + fixed_range_runs(base, seeds=p["seeds"], epsilons=p["fixed_range_epsilons"]))
+
+
+def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, CorbinRun]]:
+    """The runs that depend on :func:`grid`'s results: "smoothed" (:func:`smoothed_runs`) with the λ chosen on
+    validation (:func:`choose_smoothing`) from ``tune``, the stored "tune λ" runs of ``grid(p)`` (a records table),
+    for every seed of ``seeds``. ``tune`` may hold other runs too: those of the experiment "tune λ" are used when it
+    has an ``experiment`` column, else those evaluated on the validation split."""
+    if "experiment" in tune:
+        tune = tune[tune["experiment"] == "tune λ"]
+    elif len(tune):
+        tune = tune[tune["validation"].notna()]
+    return smoothed_runs(base_run(p), choose_smoothing(tune), seeds=p["seeds"])
 
 
 def outcome(runs: pd.DataFrame) -> str:
@@ -514,20 +574,28 @@ def outcome(runs: pd.DataFrame) -> str:
                                        diverged_note(runs)) if part)
 
 
+def _fixed_range(c: Any) -> bool:
+    from ..fl import InitialModelRange
+
+    return isinstance(getattr(c, "range", None), InitialModelRange)
+
+
 def compare(runs: pd.DataFrame) -> pd.DataFrame:
     """CorBin-FL's reported accuracies beside ours (final test accuracy, mean ± std over seeds; diverged runs
-    counted apart, :func:`outcome`), per data set, method and ε (per weight per round), from a Runner table
-    or ``runcache.load_runs``; runs evaluated on the validation split are left out. The composed figure per
-    client over the run is ε · d · rounds."""
+    counted apart, :func:`outcome`), per data set, method and ε (per weight per round), one row per setting of ours
+    (rounds, training images, λ; the largest scale first), from a Runner table or ``runcache.load_runs``; runs
+    evaluated on the validation split and the fixed-range ablation are left out. The composed figure per client over
+    the run is ε · d · rounds."""
     rows = []
     for claim in REPORTED:
         where = claim.where
         sel = runs[(runs["dataset"] == where["dataset"])] if len(runs) else runs
         if len(sel):
             sel = sel[sel["config"].map(lambda c: getattr(c, "method", None) == where["method"]
-                                        and getattr(c, "validation", None) is None)]
+                                        and getattr(c, "validation", None) is None and not _fixed_range(c))]
             sel = sel[sel["epsilon"].isna()] if claim.epsilon is None else sel[sel["epsilon"] == claim.epsilon]
-        groups = list(sel.groupby(sel["config"].map(lambda c: c.smoothing or 1.0), sort=True)) if len(sel) else []
+        setting = lambda c: (-c.rounds, -(c.n_train or 10**9), c.smoothing or 1.0)  # noqa: E731 - largest scale first
+        groups = [(key[2], g) for key, g in sel.groupby(sel["config"].map(setting), sort=True)] if len(sel) else []
         for lam, g in groups or [(None, sel)]:
             settings = composed = ""
             if len(g):

@@ -608,44 +608,11 @@ def sweep_table(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "priv
 
 def plot_epsilon_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"),
                        title: str = ""):
-    """Final test accuracy (%) against ε per weight per round (log axis; "none", no noise, at the right), one line per
-    method: the mean over seeds with its 95 % t interval as error bars, each seed's run as a dot; diverged runs are
-    marked at the bottom. Returns the figure."""
-    import matplotlib.pyplot as plt
+    """Final test accuracy (%) against ε per weight per round, one line per method of ``methods`` ("none", no noise,
+    at the right; :func:`ldptut.plotting.plot_accuracy_vs_epsilon`). Returns the figure."""
+    from ..plotting import plot_accuracy_vs_epsilon
 
-    runs = runs.assign(method=runs["config"].map(lambda c: c.method),
-                       eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)))
-    finite = sorted(e for e in set(runs["eps"]) if e != math.inf)
-    none_x = (finite[-1] * 2.5) if finite else 1.0
-    xpos = lambda e: none_x if e == math.inf else e  # noqa: E731
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for j, m in enumerate(methods):
-        sel = runs[runs["method"] == m]
-        if not len(sel):
-            continue
-        shift = 1 + 0.04 * (j - 1)             # side by side, so the error bars do not hide each other
-        xs, means, lo, hi = [], [], [], []
-        for e, g in sorted(sel.groupby("eps"), key=lambda t: t[0]):
-            ok = _finite_accuracy(g).dropna()
-            ax.scatter([xpos(e) * shift] * len(ok), ok, s=10, alpha=0.4, color=f"C{j}")
-            gone = len(g) - len(ok)
-            if gone:
-                ax.scatter([xpos(e) * shift], [0], marker="x", color=f"C{j}")
-            if len(ok):
-                ci = t_interval(ok) or (ok.mean(), ok.mean())
-                xs.append(xpos(e) * shift)
-                means.append(ok.mean())
-                lo.append(ok.mean() - ci[0])
-                hi.append(ci[1] - ok.mean())
-        ax.errorbar(xs, means, yerr=[lo, hi], marker="o", capsize=3, color=f"C{j}", label=_SHORT.get(m, m))
-    ax.set_xscale("log")
-    ax.set_ylim(0, 100)
-    ticks = finite + [none_x]
-    ax.set_xticks(ticks, [f"{e:g}" for e in finite] + ["none"])
-    ax.minorticks_off()
-    ax.set(xlabel="ε per weight per round (log scale; none: no noise)", ylabel="global model test accuracy (%)",
-           title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="mean, 95 % CI over seeds; x: diverged", title_fontsize=8)
-    fig.tight_layout()
-    return fig
+    runs = runs.assign(series=runs["config"].map(lambda c: c.method),
+                       eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)),
+                       accuracy=_finite_accuracy(runs))
+    return plot_accuracy_vs_epsilon(runs, series={m: _SHORT.get(m, m) for m in methods}, title=title)
