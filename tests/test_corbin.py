@@ -519,3 +519,35 @@ def test_fixed_range_runs_differ_from_the_adaptive_ones_only_in_the_range():
         assert config_from_dict(c.to_dict()) == c                      # the rule survives the run cache
     assert corbin.compare(records_table([RunRecord(config=runs[2][1], history=pd.DataFrame(
         {"round": [1], "accuracy": [0.5], "loss": [1.0]}), provenance={})]))["ours (%)"].eq("not run").all()
+
+
+def _sweep_table(rows):
+    """A Runner-like table: (experiment, method, ε, λ or None, seed, test accuracy %, diverged)."""
+    recs, exps = [], []
+    for exp, m, e, lam, seed, acc, gone in rows:
+        c = corbin.run(m, base=BASE.replace(seed=seed, smoothing=lam), epsilon=e)
+        if exp == "fixed range":
+            c = c.replace(range=fl.InitialModelRange())
+        h = pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc / 100], "loss": [2.0, 1.0], "diverged": [False, gone]})
+        recs.append(RunRecord(config=c, history=h, provenance={}))
+        exps.append(exp)
+    t = records_table(recs)
+    t.insert(0, "experiment", exps)
+    return t
+
+
+def test_epsilon_table_and_the_range_ablation_pair_runs_by_seed_and_count_diverged_runs_apart():
+    t = _sweep_table([
+        ("vs epsilon", "ldp_fl", 1.0, None, 0, 50.0, True), ("vs epsilon", "ldp_fl", 1.0, None, 1, 60.0, False),
+        ("vs epsilon", "coq_fl", 1.0, None, 0, 70.0, False), ("vs epsilon", "coq_fl", 1.0, None, 1, 72.0, False),
+        ("smoothed", "ldp_fl", 1.0, 0.3, 0, 90.0, False), ("smoothed", "ldp_fl", 1.0, 0.3, 1, 91.0, False),
+        ("smoothed", "coq_fl", 1.0, 0.3, 0, 93.0, False), ("smoothed", "coq_fl", 1.0, 0.3, 1, 95.0, False),
+        ("fixed range", "ldp_fl", 1.0, None, 0, 80.0, False), ("fixed range", "ldp_fl", 1.0, None, 1, 82.0, False),
+    ])
+    row = corbin.epsilon_table(t).iloc[0]
+    assert row["LDP-FL plain (%)"] == "60.0 (1 seed), 1 of 2 diverged"           # the diverged run is not averaged
+    assert row["CoQ-FL plain (%)"].startswith("71.0 [") and row["LDP-FL λ"] == "0.3"
+    assert row["CoQ − LDP, tuned (points)"].startswith("+3.5 [")               # (3 + 4) / 2, paired by seed
+    abl = corbin.range_ablation_table(t).iloc[0]
+    assert abl["method"] == "LDP-FL" and abl["diverged at round"] == "2" and abl["diverged at round "] == "-"
+    assert abl["fixed − adaptive (points)"] == "+22.0 (1 seed)"                 # seed 1 only: seed 0 diverged

@@ -24,7 +24,8 @@ from typing import Any, Optional
 
 import pandas as pd
 
-__all__ = ["Paper", "Reported", "PAPERS", "paper_modules", "mean_std", "t_interval", "cv_interval", "format_interval"]
+__all__ = ["Paper", "Reported", "PAPERS", "paper_modules", "mean_std", "t_interval", "cv_interval", "format_interval",
+           "interval_cell", "paired_cell", "finite_accuracy"]
 
 
 @dataclass(frozen=True)
@@ -138,3 +139,34 @@ def format_interval(values: pd.Series, *, level: float = 0.95, fmt: str = ".1f")
     """:func:`t_interval` as "[lo, hi]", or "" with fewer than two values (an interval needs two seeds)."""
     ci = t_interval(values, level=level)
     return "" if ci is None else f"[{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
+
+
+def _num(v: float, fmt: str) -> str:
+    """``v`` in ``fmt`` without a signed zero ("-0.0" is "+0.0" or "0.0")."""
+    digits = int(fmt.rstrip("f").split(".")[-1] or 0)
+    return f"{round(v, digits) + 0.0:{fmt}}"
+
+
+def interval_cell(values: pd.Series, fmt: str = ".1f") -> str:
+    """'mean [lo, hi]' over seeds (Student's t, 95 %), the count of diverged runs (NaN) said apart."""
+    ok = values.dropna()
+    gone = len(values) - len(ok)
+    if not len(values):
+        return "not run"
+    if not len(ok):
+        return f"diverged ({gone} of {len(values)})"
+    ci = t_interval(ok)
+    out = _num(ok.mean(), fmt) + (f" [{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]" if ci else f" ({len(ok)} seed)")
+    return out + (f", {gone} of {len(values)} diverged" if gone else "")
+
+
+def finite_accuracy(runs: pd.DataFrame) -> pd.Series:
+    """``runs``' final accuracy, NaN for a run stopped as diverged (its last accuracy is that of a broken model)."""
+    gone = runs["diverged"].astype(bool) if "diverged" in runs else pd.Series(False, index=runs.index)
+    return runs["accuracy"].where(~gone)
+
+
+def paired_cell(a: pd.Series, b: pd.Series, fmt: str = "+.1f") -> str:
+    """:func:`interval_cell` of a - b over the seeds both have with finite values (Series indexed by seed)."""
+    d = (a - b).dropna()
+    return interval_cell(d, fmt) if len(d) else "no seed with both runs finite"

@@ -31,7 +31,7 @@ from ..fl import PairedPerturbation, RoundContext
 from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
 from ..notebooks import P
 from ..rng import generator
-from . import Paper, Reported, mean_std
+from . import Paper, Reported, finite_accuracy, interval_cell, mean_std, paired_cell
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
            "binary_report_epsilon", "own_report_epsilon", "sampled_own_report_epsilon", "colluding_view_loss",
@@ -39,6 +39,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance",
            "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
            "tuning_runs", "tuning_table", "choose_smoothing", "smoothed_runs", "fixed_range_runs", "followup",
            "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
+           "AUTHORS_LOG_MNIST", "SERIES", "epsilon_table", "plot_vs_epsilon", "range_ablation_table", "stored_grid",
            "authors_code_rounds"]
 
 PAPER = Paper(
@@ -66,11 +67,12 @@ SETTINGS = {
                 "seeds": 5, "n_train": 40000, "validation": 10000, "num_rand": 5},
 }
 
-_ACC = "accuracy (%) as reported by CorBin-FL (NOTES.md section 3); server smoothing λ tuned on test accuracy"
+_ACC = "accuracy (%) as reported by CorBin-FL; server smoothing λ tuned on test accuracy"
 
 #: Published numbers (CorBin-FL): method, data set, ε per weight per round.
 REPORTED = [
-    Reported(claim=f"{name} {method} " + ("non-private" if eps is None else f"ε={eps:g}"), value=value, metric=_ACC, source="CorBin-FL (arXiv 2409.13133)",
+    Reported(claim=f"{name} {method} " + ("non-private" if eps is None else f"ε={eps:g}"), value=value, metric=_ACC,
+             source="CorBin-FL, arXiv 2409.13133" + (" and the authors' results log" if name == "mnist" else ""),
              epsilon=eps, epsilon_unit=EPSILON_UNIT if eps is not None else "",
              setting=(("dataset", name), ("method", method)))
     for name, method, eps, value in [
@@ -79,6 +81,23 @@ REPORTED = [
         ("cifar10", "coq_fl", 1.0, 59.5), ("cifar10", "coq_fl", 5.0, 72.7),
         ("cifar10", "ldp_fl", 1.0, 44.2), ("cifar10", "ldp_fl", 5.0, 68.9), ("cifar10", "fedavg", None, 78.2)]
 ]
+
+
+#: The authors' results log (``results.log`` in their repository, commit a956027): CorBin-FL on MNIST (50 IID clients,
+#: 100 rounds, NumRand = 5, Adam lr 1e-3), test accuracy (%) mean and std over 5 seeds at each server smoothing λ, per
+#: ε per weight per round; the best-validation round's model, λ then chosen on this test accuracy (their ★). The log has
+#: no LDP-FL, FedAvg or CIFAR-10 CorBin-FL rows.
+AUTHORS_LOG_MNIST = pd.DataFrame(
+    [(e, l / 10, a, sd) for e, rows in {
+        0.1: [(93.13, .5266), (86.01, .9099), (79.73, 2.4086), (76.52, 2.1164), (71.64, 2.8499), (64.35, 8.5018),
+              (58.65, 11.1792), (56.54, 8.0516), (49.56, 10.2661), (48.05, 7.2306)],
+        0.3: [(96.50, .0845), (95.21, .1939), (93.18, .4034), (91.61, .4365), (89.08, .9106), (85.61, 1.1119),
+              (82.28, 1.3294), (80.21, 1.6769), (77.60, 5.4174), (75.78, 2.8842)],
+        1.0: [(96.90, .1130), (97.52, .1350), (97.35, .1812), (96.85, .2002), (96.41, .1439), (96.07, .1580),
+              (95.55, .3035), (95.14, .1510), (94.85, .2326), (93.97, .4762)],
+        3.0: [(96.87, .1326), (97.67, .1114), (97.89, .1396), (97.98, .1108), (97.99, .1077), (97.93, .0331),
+              (97.79, .1053), (97.72, .1728), (97.65, .1192), (97.45, .0392)]}.items()
+     for l, (a, sd) in zip(range(1, 11), rows)], columns=["ε", "λ", "accuracy (%)", "std"])
 
 
 # ------------------------------------------------------------------------------------ closed forms
@@ -609,6 +628,111 @@ def compare(runs: pd.DataFrame) -> pd.DataFrame:
                          "paper (%)": claim.value, "ours (%)": outcome(g),
                          "settings": settings, "ε composed per client (basic)": composed})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ the ε sweep and the ablation
+_NAMES = {"fedavg": "FedAvg", "ldp_fl": "LDP-FL", "coq_fl": "CoQ-FL"}
+#: The series of the ε sweep: (method, server) -> label; "plain" is the plain mean ("vs epsilon"), "tuned" the λ chosen
+#: on validation ("smoothed"), "fixed" the fixed-range ablation.
+SERIES = {("fedavg", "plain"): "FedAvg (no noise)", ("ldp_fl", "plain"): "LDP-FL, plain mean",
+          ("coq_fl", "plain"): "CoQ-FL, plain mean", ("ldp_fl", "tuned"): "LDP-FL, λ chosen on validation",
+          ("coq_fl", "tuned"): "CoQ-FL, λ chosen on validation", ("ldp_fl", "fixed"): "LDP-FL, fixed range",
+          ("coq_fl", "fixed"): "CoQ-FL, fixed range"}
+_SERVER = {"vs epsilon": "plain", "smoothed": "tuned", "fixed range": "fixed"}
+
+
+def _series(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (a Runner table, with ``experiment``) with ``method``, ``server`` and ``eps`` (inf: FedAvg) columns,
+    the tuning runs left out; ``accuracy`` NaN for a diverged run."""
+    runs = runs[runs["experiment"].isin(list(_SERVER))]
+    return runs.assign(method=runs["config"].map(lambda c: c.method), server=runs["experiment"].map(_SERVER),
+                       eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)),
+                       accuracy=finite_accuracy(runs))
+
+
+def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The ε sweep (a Runner table of "vs epsilon", "smoothed" and optionally "fixed range" runs, one setting): per ε
+    (per weight per round) each series' final test accuracy (%) as mean [95 % t interval] over seeds, diverged runs
+    counted apart (:func:`ldptut.papers.interval_cell`), the λ chosen, and "CoQ-FL − LDP-FL" with λ chosen, paired by
+    seed (where both finished)."""
+    t = _series(runs)
+    if not len(t):
+        return pd.DataFrame()
+    acc = lambda e, m, srv: (lambda g: pd.Series(g["accuracy"].to_numpy(float), index=g["seed"].to_numpy()))(  # noqa: E731
+        t[(t["eps"] == e) & (t["method"] == m) & (t["server"] == srv)])
+    lam = lambda e, m: sorted({c.smoothing or 1.0 for c in t[(t["eps"] == e) & (t["method"] == m)  # noqa: E731
+                                                                & (t["server"] == "tuned")]["config"]})
+    rows = []
+    fed = acc(math.inf, "fedavg", "plain")
+    for e in sorted(x for x in set(t["eps"]) if x != math.inf):
+        row = {"ε": f"{e:g}"}
+        for m in ("ldp_fl", "coq_fl"):
+            row[f"{_NAMES[m]} plain (%)"] = interval_cell(acc(e, m, "plain"))
+        for m in ("ldp_fl", "coq_fl"):
+            row[f"{_NAMES[m]} tuned (%)"] = interval_cell(acc(e, m, "tuned"))
+            row[f"{_NAMES[m]} λ"] = ", ".join(f"{l:g}" for l in lam(e, m)) or "-"
+        a, b = acc(e, "coq_fl", "tuned"), acc(e, "ldp_fl", "tuned")
+        row["CoQ − LDP, tuned (points)"] = paired_cell(a, b) if len(a) and len(b) else "-"
+        rows.append(row)
+    if len(fed):
+        rows.append({"ε": "none (FedAvg)", "LDP-FL plain (%)": interval_cell(fed)})
+    return pd.DataFrame(rows).fillna("")
+
+
+def plot_vs_epsilon(runs: pd.DataFrame, *, title: str = "", servers: Sequence[str] = ("plain", "tuned")):
+    """Final test accuracy (%) against ε per weight per round for the series of ``servers`` (:data:`SERIES`), FedAvg
+    at "none" (:func:`ldptut.plotting.plot_accuracy_vs_epsilon`: mean and 95 % t interval over seeds, diverged runs
+    as x). Returns the figure."""
+    from ..plotting import plot_accuracy_vs_epsilon
+
+    t = _series(runs)
+    t = t.assign(series=[f"{m}|{srv}" for m, srv in zip(t["method"], t["server"])])
+    keep = {f"{m}|{srv}": lab for (m, srv), lab in SERIES.items() if srv in servers or m == "fedavg"}
+    styles = {f"{m}|{srv}": {"color": {"fedavg": "k", "ldp_fl": "tab:blue", "coq_fl": "tab:red"}[m],
+                             "ls": {"plain": ":", "tuned": "-", "fixed": "--"}[srv],
+                             "marker": {"plain": "s", "tuned": "o", "fixed": "^"}[srv]} for m, srv in SERIES}
+    return plot_accuracy_vs_epsilon(t, series=keep, styles=styles, title=title)
+
+
+def range_ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The fixed-range ablation (a Runner table of "vs epsilon" and "fixed range" runs): per method and ε (per weight
+    per round) at the ablation's ε values, the final test accuracy (%) with the adaptive range (recomputed from the
+    global model each round) and with the range fixed at the initial model's, as mean [95 % t interval] over seeds with
+    diverged runs counted (and the rounds they blew up), and the paired difference fixed − adaptive."""
+    t = _series(runs)
+    fixed = t[t["server"] == "fixed"]
+    rows = []
+    for (m, e), g in fixed.groupby(["method", "eps"], sort=False):
+        ad = t[(t["server"] == "plain") & (t["method"] == m) & (t["eps"] == e) & t["seed"].isin(g["seed"])]
+        by_seed = lambda h: pd.Series(h["accuracy"].to_numpy(float), index=h["seed"].to_numpy())  # noqa: E731
+        blown = lambda h: ", ".join(str(r) for r in h.loc[h["diverged"].astype(bool), "last_round"]) or "-"  # noqa: E731
+        rows.append({"method": _NAMES[m], "ε": f"{e:g}", "adaptive range (%)": interval_cell(by_seed(ad)),
+                     "diverged at round": blown(ad), "fixed range (%)": interval_cell(by_seed(g)),
+                     "diverged at round ": blown(g), "fixed − adaptive (points)": paired_cell(by_seed(g), by_seed(ad))})
+    return pd.DataFrame(rows)
+
+
+def stored_grid(params: Mapping[str, Any], cache_dir: str) -> pd.DataFrame:
+    """The runs of :func:`grid` and :func:`followup` at ``params`` that are stored in ``cache_dir``, as a records table
+    with an ``experiment`` column (nothing is trained; runs not stored are left out and counted in ``attrs["missing"]``)."""
+    from ..runcache import RunCache, records_table
+
+    cache = RunCache(cache_dir, train=False)
+    pairs = [(e, c) for e, c in grid(params)]
+    recs = [(e, cache.load(c)) for e, c in pairs]
+    table = records_table(r for _, r in recs if r is not None)
+    missing = sum(r is None for _, r in recs)
+    if len(table):
+        table.insert(0, "experiment", [e for e, r in recs if r is not None])
+        later = followup(params, table)
+        more = [(e, cache.load(c)) for e, c in later]
+        missing += sum(r is None for _, r in more)
+        extra = records_table(r for _, r in more if r is not None)
+        if len(extra):
+            extra.insert(0, "experiment", [e for e, r in more if r is not None])
+            table = pd.concat([table, extra], ignore_index=True)
+    table.attrs["missing"] = missing
+    return table
 
 
 _SHAPES = {"mnist": ((1, 28, 28), 10), "fashion_mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}

@@ -32,7 +32,7 @@ from ..mechanisms import Piecewise
 from ..notebooks import P
 from ..personal import TRANSFORMS, PersonalizedLocalSGD
 from ..training import OptimizerSpec
-from . import Paper, Reported, mean_std, t_interval
+from . import Paper, Reported, finite_accuracy, interval_cell, mean_std, paired_cell, t_interval
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
@@ -543,35 +543,7 @@ def noise_cost(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).drop_duplicates(["variant", "clients", "seed", "method", "ε"])
 
 
-def _num(v: float, fmt: str) -> str:
-    """``v`` in ``fmt`` without a signed zero ("-0.0" is "+0.0" or "0.0")."""
-    digits = int(fmt.rstrip("f").split(".")[-1] or 0)
-    return f"{round(v, digits) + 0.0:{fmt}}"
-
-
-def _cell(values: pd.Series, fmt: str = ".1f") -> str:
-    """'mean [lo, hi]' over seeds (Student's t, 95 %), the count of diverged runs (NaN) said apart."""
-    ok = values.dropna()
-    gone = len(values) - len(ok)
-    if not len(values):
-        return "not run"
-    if not len(ok):
-        return f"diverged ({gone} of {len(values)})"
-    ci = t_interval(ok)
-    out = _num(ok.mean(), fmt) + (f" [{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]" if ci else f" ({len(ok)} seed)")
-    return out + (f", {gone} of {len(values)} diverged" if gone else "")
-
-
-def _finite_accuracy(runs: pd.DataFrame) -> pd.Series:
-    """``runs``' final accuracy, NaN for a run stopped as diverged (its last accuracy is that of a broken model)."""
-    gone = runs["diverged"].astype(bool) if "diverged" in runs else pd.Series(False, index=runs.index)
-    return runs["accuracy"].where(~gone)
-
-
-def _paired(a: pd.Series, b: pd.Series, fmt: str = "+.1f") -> str:
-    """:func:`_cell` of a - b over the seeds both have with finite values (Series indexed by seed)."""
-    d = (a - b).dropna()
-    return _cell(d, fmt) if len(d) else "no seed with both runs finite"
+_cell, _paired, _finite_accuracy = interval_cell, paired_cell, finite_accuracy
 
 
 def sweep_table(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl")) -> pd.DataFrame:
