@@ -551,3 +551,13 @@ def test_epsilon_table_and_the_range_ablation_pair_runs_by_seed_and_count_diverg
     abl = corbin.range_ablation_table(t).iloc[0]
     assert abl["method"] == "LDP-FL" and abl["diverged at round"] == "2" and abl["diverged at round "] == "-"
     assert abl["fixed − adaptive (points)"] == "+22.0 (1 seed)"                 # seed 1 only: seed 0 diverged
+
+
+def test_epsilon_table_says_when_every_lambda_diverged_on_validation():
+    val = [("tune λ", m, 0.1, lam, 0, 10.0, True) for m in ("ldp_fl", "coq_fl") for lam in (None, 0.3)]
+    t = _sweep_table(val + [("vs epsilon", "ldp_fl", 0.1, None, 0, 10.0, True)])
+    t.loc[t["experiment"] == "tune λ", "validation"] = 1000
+    row = corbin.epsilon_table(t).iloc[0]
+    assert row["LDP-FL tuned (%)"] == row["CoQ-FL tuned (%)"] == "every λ diverged on validation"
+    assert corbin.key_numbers(t)["tuned_0_1"].startswith("LDP-FL every λ diverged")
+    assert corbin.key_numbers(t)["tuned_3"] == "(not run)" and corbin.key_numbers(t)["ablation"] == "(not run)"

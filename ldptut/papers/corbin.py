@@ -40,6 +40,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance",
            "tuning_runs", "tuning_table", "choose_smoothing", "smoothed_runs", "fixed_range_runs", "followup",
            "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
            "AUTHORS_LOG_MNIST", "SERIES", "epsilon_table", "plot_vs_epsilon", "range_ablation_table", "stored_grid",
+           "SUMMARY_EPSILONS", "key_numbers",
            "authors_code_rounds"]
 
 PAPER = Paper(
@@ -651,13 +652,15 @@ def _series(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """The ε sweep (a Runner table of "vs epsilon", "smoothed" and optionally "fixed range" runs, one setting): per ε
-    (per weight per round) each series' final test accuracy (%) as mean [95 % t interval] over seeds, diverged runs
-    counted apart (:func:`ldptut.papers.interval_cell`), the λ chosen, and "CoQ-FL − LDP-FL" with λ chosen, paired by
-    seed (where both finished)."""
+    """The ε sweep (a Runner table of "vs epsilon", "smoothed" and optionally "tune λ" and "fixed range" runs, one
+    setting): per ε (per weight per round) each series' final test accuracy (%) as mean [95 % t interval] over seeds,
+    diverged runs counted apart (:func:`ldptut.papers.interval_cell`), the λ chosen (where every λ diverged on
+    validation, said so), and "CoQ-FL − LDP-FL" with λ chosen, paired by seed (where both finished)."""
     t = _series(runs)
     if not len(t):
         return pd.DataFrame()
+    tune = runs[runs["experiment"] == "tune λ"]
+    chosen = choose_smoothing(tune) if len(tune) else {}
     acc = lambda e, m, srv: (lambda g: pd.Series(g["accuracy"].to_numpy(float), index=g["seed"].to_numpy()))(  # noqa: E731
         t[(t["eps"] == e) & (t["method"] == m) & (t["server"] == srv)])
     lam = lambda e, m: sorted({c.smoothing or 1.0 for c in t[(t["eps"] == e) & (t["method"] == m)  # noqa: E731
@@ -669,7 +672,9 @@ def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
         for m in ("ldp_fl", "coq_fl"):
             row[f"{_NAMES[m]} plain (%)"] = interval_cell(acc(e, m, "plain"))
         for m in ("ldp_fl", "coq_fl"):
-            row[f"{_NAMES[m]} tuned (%)"] = interval_cell(acc(e, m, "tuned"))
+            tuned = acc(e, m, "tuned")
+            gone = not len(tuned) and (m, e) in chosen and chosen[(m, e)] is None
+            row[f"{_NAMES[m]} tuned (%)"] = "every λ diverged on validation" if gone else interval_cell(tuned)
             row[f"{_NAMES[m]} λ"] = ", ".join(f"{l:g}" for l in lam(e, m)) or "-"
         a, b = acc(e, "coq_fl", "tuned"), acc(e, "ldp_fl", "tuned")
         row["CoQ − LDP, tuned (points)"] = paired_cell(a, b) if len(a) and len(b) else "-"
@@ -710,6 +715,36 @@ def range_ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "diverged at round": blown(ad), "fixed range (%)": interval_cell(by_seed(g)),
                      "diverged at round ": blown(g), "fixed − adaptive (points)": paired_cell(by_seed(g), by_seed(ad))})
     return pd.DataFrame(rows)
+
+
+#: The ε values (per weight per round) the chapter's summary quotes, the paper's grid.
+SUMMARY_EPSILONS = (0.1, 0.3, 1.0, 3.0)
+
+
+def key_numbers(runs: pd.DataFrame) -> dict[str, str]:
+    """Sentences' numbers for the chapter's summary from an ε sweep (:func:`epsilon_table` and
+    :func:`range_ablation_table` of ``runs``), one string per key, "(not run)" where the sweep lacks it, so that every
+    key exists at any parameters: ``plain_<e>`` and ``tuned_<e>`` per ε of :data:`SUMMARY_EPSILONS` (``<e>`` with "_"
+    for "."), ``fedavg``, ``ablation``."""
+    table = epsilon_table(runs)
+    rows = {r["ε"]: r for _, r in table.iterrows()} if len(table) else {}
+    out = {}
+    for e in SUMMARY_EPSILONS:
+        k, r = f"{e:g}".replace(".", "_"), rows.get(f"{e:g}")
+        if r is None:
+            out[f"plain_{k}"] = out[f"tuned_{k}"] = "(not run)"
+            continue
+        out[f"plain_{k}"] = f"LDP-FL {r['LDP-FL plain (%)']}, CoQ-FL {r['CoQ-FL plain (%)']}"
+        out[f"tuned_{k}"] = (f"LDP-FL {r['LDP-FL tuned (%)']} (λ = {r['LDP-FL λ']}), CoQ-FL {r['CoQ-FL tuned (%)']} "
+                             f"(λ = {r['CoQ-FL λ']}), CoQ-FL − LDP-FL {r['CoQ − LDP, tuned (points)']} points")
+    fed = rows.get("none (FedAvg)")
+    out["fedavg"] = "(not run)" if fed is None else fed["LDP-FL plain (%)"]
+    abl = range_ablation_table(runs)
+    out["ablation"] = "; ".join(
+        f"{r['method']} at ε = {r['ε']}: adaptive {r['adaptive range (%)']} (diverged at round {r['diverged at round']}), "
+        f"fixed {r['fixed range (%)']} (diverged at round {r['diverged at round ']})"
+        for _, r in abl.iterrows()) if len(abl) else "(not run)"
+    return out
 
 
 def stored_grid(params: Mapping[str, Any], cache_dir: str) -> pd.DataFrame:
