@@ -548,6 +548,7 @@ def test_epsilon_table_and_the_range_ablation_pair_runs_by_seed_and_count_diverg
     assert row["LDP-FL plain (%)"] == "60.0 (1 seed), 1 of 2 diverged"           # the diverged run is not averaged
     assert row["CoQ-FL plain (%)"].startswith("71.0 [") and row["LDP-FL λ"] == "0.3"
     assert row["CoQ − LDP, tuned (points)"].startswith("+3.5 [")               # (3 + 4) / 2, paired by seed
+    assert row["CoQ − LDP, plain (points)"] == "+12.0 (1 seed)"                  # seed 0's LDP-FL run diverged
     abl = corbin.range_ablation_table(t).iloc[0]
     assert abl["method"] == "LDP-FL" and abl["diverged at round"] == "2" and abl["diverged at round "] == "-"
     assert abl["fixed − adaptive (points)"] == "+22.0 (1 seed)"                 # seed 1 only: seed 0 diverged

@@ -655,7 +655,8 @@ def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
     """The ε sweep (a Runner table of "vs epsilon", "smoothed" and optionally "tune λ" and "fixed range" runs, one
     setting): per ε (per weight per round) each series' final test accuracy (%) as mean [95 % t interval] over seeds,
     diverged runs counted apart (:func:`ldptut.papers.interval_cell`), the λ chosen (where every λ diverged on
-    validation, said so), and "CoQ-FL − LDP-FL" with λ chosen, paired by seed (where both finished)."""
+    validation, said so), and "CoQ-FL − LDP-FL" with the plain mean and with λ chosen, paired by seed (where both
+    finished)."""
     t = _series(runs)
     if not len(t):
         return pd.DataFrame()
@@ -671,6 +672,8 @@ def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
         row = {"ε": f"{e:g}"}
         for m in ("ldp_fl", "coq_fl"):
             row[f"{_NAMES[m]} plain (%)"] = interval_cell(acc(e, m, "plain"))
+        a, b = acc(e, "coq_fl", "plain"), acc(e, "ldp_fl", "plain")
+        row["CoQ − LDP, plain (points)"] = paired_cell(a, b) if len(a) and len(b) else "-"
         for m in ("ldp_fl", "coq_fl"):
             tuned = acc(e, m, "tuned")
             gone = not len(tuned) and (m, e) in chosen and chosen[(m, e)] is None
@@ -734,7 +737,8 @@ def key_numbers(runs: pd.DataFrame) -> dict[str, str]:
         if r is None:
             out[f"plain_{k}"] = out[f"tuned_{k}"] = "(not run)"
             continue
-        out[f"plain_{k}"] = f"LDP-FL {r['LDP-FL plain (%)']}, CoQ-FL {r['CoQ-FL plain (%)']}"
+        out[f"plain_{k}"] = (f"LDP-FL {r['LDP-FL plain (%)']}, CoQ-FL {r['CoQ-FL plain (%)']}, CoQ-FL − LDP-FL "
+                             f"{r['CoQ − LDP, plain (points)']} points")
         out[f"tuned_{k}"] = (f"LDP-FL {r['LDP-FL tuned (%)']} (λ = {r['LDP-FL λ']}), CoQ-FL {r['CoQ-FL tuned (%)']} "
                              f"(λ = {r['CoQ-FL λ']}), CoQ-FL − LDP-FL {r['CoQ − LDP, tuned (points)']} points")
     fed = rows.get("none (FedAvg)")
