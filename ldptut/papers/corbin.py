@@ -737,16 +737,20 @@ def key_numbers(runs: pd.DataFrame) -> dict[str, str]:
         if r is None:
             out[f"plain_{k}"] = out[f"tuned_{k}"] = "(not run)"
             continue
-        out[f"plain_{k}"] = (f"LDP-FL {r['LDP-FL plain (%)']}, CoQ-FL {r['CoQ-FL plain (%)']}, CoQ-FL − LDP-FL "
-                             f"{r['CoQ − LDP, plain (points)']} points")
-        out[f"tuned_{k}"] = (f"LDP-FL {r['LDP-FL tuned (%)']} (λ = {r['LDP-FL λ']}), CoQ-FL {r['CoQ-FL tuned (%)']} "
-                             f"(λ = {r['CoQ-FL λ']}), CoQ-FL − LDP-FL {r['CoQ − LDP, tuned (points)']} points")
+        gap = lambda d: f", CoQ-FL − LDP-FL {d} points" if d[:1] in "+-" and d[1:2].isdigit() else ""  # noqa: E731
+        lam = lambda m: f" (λ = {r[m + ' λ']})" if r[m + " λ"] != "-" else ""  # noqa: E731
+        out[f"plain_{k}"] = (f"LDP-FL {r['LDP-FL plain (%)']}, CoQ-FL {r['CoQ-FL plain (%)']}"
+                             + gap(r["CoQ − LDP, plain (points)"]))
+        out[f"tuned_{k}"] = (f"LDP-FL {r['LDP-FL tuned (%)']}{lam('LDP-FL')}, CoQ-FL {r['CoQ-FL tuned (%)']}"
+                             f"{lam('CoQ-FL')}" + gap(r["CoQ − LDP, tuned (points)"]))
     fed = rows.get("none (FedAvg)")
     out["fedavg"] = "(not run)" if fed is None else fed["LDP-FL plain (%)"]
     abl = range_ablation_table(runs)
+    said = lambda cell, rounds: (f"{cell}, none diverged" if rounds == "-" else  # noqa: E731
+                                 f"{cell}, at round{'s' if ',' in rounds else ''} {rounds}")
     out["ablation"] = "; ".join(
-        f"{r['method']} at ε = {r['ε']}: adaptive {r['adaptive range (%)']} (diverged at round {r['diverged at round']}), "
-        f"fixed {r['fixed range (%)']} (diverged at round {r['diverged at round ']})"
+        f"{r['method']} at ε = {r['ε']}, adaptive range {said(r['adaptive range (%)'], r['diverged at round'])}, "
+        f"fixed range {said(r['fixed range (%)'], r['diverged at round '])}"
         for _, r in abl.iterrows()) if len(abl) else "(not run)"
     return out
 
