@@ -38,7 +38,7 @@ from .provenance import numerics_changes, numerics_flag, run_mechanisms
 from .provenance import provenance as _provenance
 from .runconfig import RunConfig, config_from_dict
 
-__all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table", "code_summary",
+__all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table", "stored_table", "code_summary",
            "LOAD_ONLY_ENV"]
 
 #: Record format. 1: configuration dicts of the first chapters (migrated by python -m ldptut.migrate);
@@ -304,6 +304,23 @@ def records_table(records: Iterable[RunRecord]) -> pd.DataFrame:
                      "source": "stored" if rec.loaded else "trained", "key": rec.config.key(),
                      "cache": rec.path.parent.as_posix() if rec.path is not None else None})
     return pd.DataFrame(rows)
+
+
+def stored_table(pairs: Iterable[tuple[str, RunConfig]], cache: "RunCache") -> pd.DataFrame:
+    """The stored runs of ``pairs`` ((experiment, configuration), e.g. a chapter's grid) as :func:`records_table` rows
+    with an ``experiment`` column first; nothing is trained. ``attrs["missing"]`` lists the keys not stored."""
+    found, missing = [], []
+    for experiment, config in pairs:
+        record = cache.load(config)
+        if record is None:
+            missing.append(config.key())
+        else:
+            found.append((experiment, record))
+    table = records_table(r for _, r in found)
+    if len(table):
+        table.insert(0, "experiment", [e for e, _ in found])
+    table.attrs["missing"] = missing
+    return table
 
 
 def load_runs(*directories: str | Path) -> pd.DataFrame:

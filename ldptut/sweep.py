@@ -9,7 +9,8 @@ relative to ``book/``, or ``--cache``) as it finishes. So a sweep that is killed
 again (an interrupt, Ctrl-C, force-cancels the running tasks; their runs are not stored). A task that raises is
 retried (``--max-retries``) and, if it still fails, reported with its error at the end (exit code 1), never dropped.
 A paper module's ``followup(params, table)`` names runs that depend on the grid's results (CorBin-FL: each method at
-the λ chosen on validation); they are trained after the grid, in a second stage. The chapter's page then loads the cache as usual (``make reproduce CHAPTER=... LOAD_ONLY=1``).
+the λ chosen on validation); they are trained after the grid, in a second stage. The chapter's page then loads the
+cache as usual (``make reproduce CHAPTER=... LOAD_ONLY=1``).
 
 Ray is an optional dependency (``pip install -e '.[sweep]'``). Without ``--address`` Ray starts locally inside this
 process (no setup; ``--num-cpus`` caps it); with one (``ray://host:10001`` or ``auto``) the tasks run on that
@@ -328,18 +329,16 @@ def followup_grid(chapter: str, params: Mapping[str, Any], cache: RunCache) -> l
     """The runs of ``chapter`` that depend on its grid's results (its paper module's ``followup(params, table)``,
     given the stored runs of the grid as a records table with an ``experiment`` column; e.g. CorBin-FL's runs at the
     λ chosen on validation); empty when the module has none. Raises if a grid run is not stored."""
-    from .runcache import records_table
+    from .runcache import stored_table
 
     mod = _paper_module(chapter)
     if not hasattr(mod, "followup"):
         return []
-    grid = chapter_grid(chapter, params)
-    records = [(e, cache.load(c)) for e, c in grid]
-    missing = [c.key() for (_, c), (_, r) in zip(grid, records) if r is None]
+    table = stored_table(chapter_grid(chapter, params), cache)
+    missing = table.attrs["missing"]
     if missing:
-        raise ValueError(f"{len(missing)} grid run(s) not stored in {cache.directory}, e.g. {missing[0]}: run the grid first")
-    table = records_table(r for _, r in records)
-    table.insert(0, "experiment", [e for e, _ in records])
+        raise ValueError(f"{len(missing)} grid run(s) not stored in {cache.directory}, e.g. {missing[0]}: "
+                         "run the grid first")
     return list(mod.followup(params, table))
 
 

@@ -338,3 +338,15 @@ def test_a_run_that_cannot_be_written_is_pickled_and_the_others_are_stored(tmp_p
     with open(fallback, "rb") as fh:
         saved = pickle.load(fh)
     assert saved["config"]["seed"] == 1 and saved["history"]["accuracy"].tolist() == [0.1, 0.6]
+
+
+def test_stored_table_keeps_the_experiment_of_each_stored_run_and_lists_the_missing(tmp_path):
+    from ldptut.runcache import stored_table
+
+    cache = RunCache(tmp_path)
+    cache.store(_cfg(seed=1), _history(0.5), {"commit": "x"})
+    cache.store(_cfg(seed=2), _history(0.7), {"commit": "x"})
+    t = stored_table([("a", _cfg(seed=1)), ("b", _cfg(seed=3)), ("c", _cfg(seed=2))], cache)
+    assert t["experiment"].tolist() == ["a", "c"] and t["seed"].tolist() == [1, 2]
+    assert t.attrs["missing"] == [_cfg(seed=3).key()]
+    assert len(stored_table([("b", _cfg(seed=3))], RunCache(tmp_path))) == 0

@@ -757,23 +757,17 @@ def key_numbers(runs: pd.DataFrame) -> dict[str, str]:
 
 def stored_grid(params: Mapping[str, Any], cache_dir: str) -> pd.DataFrame:
     """The runs of :func:`grid` and :func:`followup` at ``params`` that are stored in ``cache_dir``, as a records table
-    with an ``experiment`` column (nothing is trained; runs not stored are left out and counted in ``attrs["missing"]``)."""
-    from ..runcache import RunCache, records_table
+    with an ``experiment`` column (:func:`ldptut.runcache.stored_table`: nothing is trained; ``attrs["missing"]``
+    counts the runs not stored)."""
+    from ..runcache import RunCache, stored_table
 
     cache = RunCache(cache_dir, train=False)
-    pairs = [(e, c) for e, c in grid(params)]
-    recs = [(e, cache.load(c)) for e, c in pairs]
-    table = records_table(r for _, r in recs if r is not None)
-    missing = sum(r is None for _, r in recs)
+    table = stored_table(grid(params), cache)
+    missing = len(table.attrs["missing"])
     if len(table):
-        table.insert(0, "experiment", [e for e, r in recs if r is not None])
-        later = followup(params, table)
-        more = [(e, cache.load(c)) for e, c in later]
-        missing += sum(r is None for _, r in more)
-        extra = records_table(r for _, r in more if r is not None)
-        if len(extra):
-            extra.insert(0, "experiment", [e for e, r in more if r is not None])
-            table = pd.concat([table, extra], ignore_index=True)
+        extra = stored_table(followup(params, table), cache)
+        missing += len(extra.attrs["missing"])
+        table = pd.concat([table, extra], ignore_index=True) if len(extra) else table
     table.attrs["missing"] = missing
     return table
 
