@@ -387,3 +387,35 @@ def test_sweep_table_does_not_count_a_run_not_yet_trained_as_diverged():
     flagged = runs.assign(diverged=runs["config"].map(lambda c: c.epsilon == 2.0 and c.method == "fedavg"))
     t = P.sweep_table(flagged).set_index("ε per weight per round")
     assert t.loc["2", "FedAvg (%)"] == "diverged (3 of 3)"
+
+
+def _trained_toy_session(rounds: int = 3):
+    """Two clients of 8x8 'images' (3 classes) after a few rounds of PD-LDPFL without noise."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(40, 1, 8, 8, generator=g)
+    y = torch.randint(0, 3, (40,), generator=g)
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=3, hidden=(16,), bias=False,
+                               activation="sigmoid", seed=0)
+    part = [torch.arange(0, 20), torch.arange(20, 40)]
+    session, glob = P.train_without_noise(model, x, y, part, rounds=rounds, lr=0.1, batch_size=8)
+    return session, glob, x, y, part
+
+
+def test_dlg_after_pm_compares_each_attack_with_the_trivial_guess_and_noise_matters():
+    """In clear the adaptive attack recovers every image (correlation ~ 1, above the mean image's); PM at a huge
+    epsilon changes little (the grid PM still rounds), at a small one it destroys the reconstruction; the summary
+    pairs by image after averaging the noise draws."""
+    session, glob, x, y, part = _trained_toy_session()
+    kw = dict(clients=[0, 1], per_client=2, pool=x, lr=0.1, steps=30, noise_seeds=[0, 1])
+    weak = P.dlg_after_pm(session, glob, x, y, part, epsilon=200.0, **kw)
+    strong = P.dlg_after_pm(session, glob, x, y, part, epsilon=0.1, **kw)
+    assert list(weak["image"].unique()) == [0, 1, 20, 21] and len(weak) == 8
+    assert (weak["in clear"] > 0.95).all() and (weak["in clear"] > weak["trivial guess"]).all()
+    assert (weak["after PM"] > 0.85).all()   # the grid PM still rounds each report: not exactly the clear attack
+    assert strong["after PM"].abs().max() < 0.5
+    assert strong.groupby("image")["after PM"].nunique().eq(2).all()   # the two noise draws differ
+    s = P.dlg_after_pm_summary(strong).set_index("correlation with the true image")["mean [95 % CI] over images"]
+    per = strong.groupby("image")[["after PM", "trivial guess"]].mean()
+    paired = (per["after PM"] - per["trivial guess"]).mean()
+    assert s["after PM − trivial guess (paired by image)"].startswith(f"{paired:+.2f} [")
+    assert s["images beating the guess after PM"] == f"{int((per['after PM'] > per['trivial guess']).sum())} of 4"

@@ -37,7 +37,8 @@ from . import Paper, Reported, finite_accuracy, interval_cell, mean_std, paired_
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
            "table1_run", "init_sweep", "fig8_runs", "configs", "VARIANTS", "variant_run", "without_noise",
-           "epsilon_sweep", "noise_cost", "sweep_table", "plot_epsilon_sweep", "train_without_noise", "later_round_dlg", "LaterRoundDLG", "PARAMETERS", "grid", "compare"]
+           "epsilon_sweep", "noise_cost", "sweep_table", "plot_epsilon_sweep", "train_without_noise", "later_round_dlg",
+           "LaterRoundDLG", "dlg_after_pm", "plot_dlg_after_pm", "dlg_after_pm_summary", "PARAMETERS", "grid", "compare"]
 
 PAPER = Paper(
     key="pd_ldpfl",
@@ -224,15 +225,11 @@ def later_round_dlg(session: Any, glob: torch.Tensor, x0: torch.Tensor, y0: torc
     from ..rng import generator
 
     ext = session.client_model(0, client, glob)
-    layout = session.layout
     base = ext.base
-    pd_grad = layout.flatten({k[len("base."):]: v for k, v in attacks.observed_gradient(ext, x0, y0).items()
-                              if k.startswith("base.")})
-    plain = layout.flatten(attacks.observed_gradient(base, x0, y0))
-    ctx = RoundContext(round=1, client_ids=torch.arange(1), layout=layout, global_vector=glob,
-               generators=[generator(seed, "later-round-dlg-pm")], send="weights", num_samples=torch.ones(1))
-    sent = LayerScaledPiecewise(epsilon=epsilon, scope="model")((glob - lr * pd_grad)[None], context=ctx)[0]
-    noisy = (glob - sent) / lr
+    pd_grad = _base_gradient(ext, session.layout, x0, y0)
+    plain = session.layout.flatten(attacks.observed_gradient(base, x0, y0))
+    noisy = _pm_gradient(pd_grad, glob, session.layout, lr=lr, epsilon=epsilon,
+                         generator=generator(seed, "later-round-dlg-pm"))
     with torch.no_grad():
         seen = ext.t_in(x0)   # what the base saw: DLG's dummy input stands for it
     rows, images = [], {"true image": x0, "trivial guess: mean training image": pool.mean(0, keepdim=True)}
@@ -249,6 +246,99 @@ def later_round_dlg(session: Any, glob: torch.Tensor, x0: torch.Tensor, y0: torc
     rows.append(_scores("trivial guess: the mean training image (no gradient)", images[
         "trivial guess: mean training image"], x0, seen, None))
     return LaterRoundDLG(table=pd.DataFrame(rows), images=images)
+
+
+def _base_gradient(ext: Any, layout: Any, x0: torch.Tensor, y0: torch.Tensor) -> torch.Tensor:
+    """The flat gradient of the extended model's loss on (x0, y0) with respect to its base's weights: what one SGD
+    step of the client changes in its upload, divided by the learning rate."""
+    from .. import attacks
+
+    return layout.flatten({k[len("base."):]: v for k, v in attacks.observed_gradient(ext, x0, y0).items()
+                           if k.startswith("base.")})
+
+
+def _pm_gradient(grad: torch.Tensor, glob: torch.Tensor, layout: Any, *, lr: float, epsilon: float,
+                 generator: torch.Generator) -> torch.Tensor:
+    """What the server reads as the gradient after Algorithm 2: the upload glob - lr * grad perturbed by PM at
+    ``epsilon`` per weight with t over the whole model (Sec. 3.3), then (glob - upload) / lr."""
+    ctx = RoundContext(round=1, client_ids=torch.arange(1), layout=layout, global_vector=glob,
+                       generators=[generator], send="weights", num_samples=torch.ones(1))
+    sent = LayerScaledPiecewise(epsilon=epsilon, scope="model")((glob - lr * grad)[None], context=ctx)[0]
+    return (glob - sent) / lr
+
+
+def dlg_after_pm(session: Any, glob: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                 partition: Sequence[torch.Tensor], *, clients: Sequence[int], per_client: int, pool: torch.Tensor,
+                 lr: float, epsilon: float, steps: int, noise_seeds: Sequence[int]) -> pd.DataFrame:
+    """:func:`later_round_dlg`'s PM row repeated: the adaptive attacker (output transform's a, b unknown) against
+    the first ``per_client`` images of each client in ``clients`` (their images in ``partition``), each upload
+    perturbed by PM at ``epsilon`` per weight per round (t over the whole model) with every seed of
+    ``noise_seeds``; also the same attack in clear. One row per (client, image, noise seed): the pixel correlation
+    of the reconstruction with the true image (scale-free), the same in clear, and the trivial guess's (the mean
+    image of ``pool``), so every attack is compared with the guess it must beat."""
+    from .. import attacks
+    from ..rng import generator
+
+    mean_image = pool.mean(0, keepdim=True)
+    rows = []
+    for c in clients:
+        ext = session.client_model(0, c, glob)
+        for i in [int(j) for j in partition[c][:per_client]]:
+            x0, y0 = x[i:i + 1], y[i:i + 1]
+            grad = _base_gradient(ext, session.layout, x0, y0)
+
+            def attack(target: torch.Tensor) -> torch.Tensor:
+                return attacks.dlg_attack(ext.base, target, input_shape=tuple(x0.shape[1:]),
+                                          num_classes=ext.t_out.b.shape[-1], steps=steps,
+                                          generator=generator(i, "dlg"), line_search_fn="strong_wolfe",
+                                          output_transform="affine").inputs
+
+            clear = _scores("", attack(grad), x0, x0, None)["correlation with the true image"]
+            trivial = _scores("", mean_image, x0, x0, None)["correlation with the true image"]
+            for s in noise_seeds:
+                noisy = _pm_gradient(grad, glob, session.layout, lr=lr, epsilon=epsilon,
+                                     generator=generator(s, "dlg-after-pm", c, i))
+                rows.append({"client": c, "image": i, "noise seed": s,
+                             "after PM": _scores("", attack(noisy), x0, x0, None)["correlation with the true image"],
+                             "in clear": clear, "trivial guess": trivial})
+    return pd.DataFrame(rows)
+
+
+def dlg_after_pm_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`dlg_after_pm`'s table as mean [95 % t interval] over images (each image's correlation after PM
+    averaged over its noise seeds first, so an interval is over independent images): the reconstruction's
+    correlation with the true image after PM, in clear and for the trivial guess, and after PM minus the trivial
+    guess, paired by image (above 0: the attack beats the guess)."""
+
+    per = table.groupby("image")[["after PM", "in clear", "trivial guess"]].mean()
+    rows = [{"correlation with the true image": k, "mean [95 % CI] over images": interval_cell(per[k], ".2f")}
+            for k in ("after PM", "in clear", "trivial guess")]
+    rows.append({"correlation with the true image": "after PM − trivial guess (paired by image)",
+                 "mean [95 % CI] over images": interval_cell(per["after PM"] - per["trivial guess"], "+.2f")})
+    rows.append({"correlation with the true image": "images beating the guess after PM",
+                 "mean [95 % CI] over images": f"{int((per['after PM'] > per['trivial guess']).sum())} of {len(per)}"})
+    return pd.DataFrame(rows)
+
+
+def plot_dlg_after_pm(table: pd.DataFrame, *, ax: Any = None) -> Any:
+    """:func:`dlg_after_pm`'s attacks as points: the trivial guess's correlation with the true image (x) against the
+    reconstruction's after PM (y), one point per image and noise draw, and each image's attack in clear; above the
+    diagonal the attack beats the guess."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4.5))
+    ax.plot([-0.2, 1], [-0.2, 1], color="grey", lw=1, ls="--", label="as good as the mean image")
+    clear = table.drop_duplicates("image")
+    ax.scatter(clear["trivial guess"], clear["in clear"], marker="s", s=22, color="tab:green", label="in clear")
+    for s, g in table.groupby("noise seed"):
+        ax.scatter(g["trivial guess"], g["after PM"], s=22, alpha=0.8, label=f"after PM, noise draw {s}")
+    ax.set(xlabel="trivial guess (mean image): correlation with the true image",
+           ylabel="DLG reconstruction: correlation with the true image", xlim=(-0.2, 1.02), ylim=(-0.2, 1.02),
+           title="Adaptive DLG per image, ε = 8 per weight per round")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
 
 
 def _scores(label: str, guess: torch.Tensor, x0: torch.Tensor, seen: torch.Tensor, label_right: Any) -> dict:
@@ -460,7 +550,8 @@ PARAMETERS = {
     "table1_transforms": P.list_of(P.choice(*TRANSFORMS)), "init_a": P.list_of(P.real), "init_b": P.list_of(P.real),
     "cifar_model": P.choice("cnn_pool", "small_vgg", "resnet18"), "cifar_alphas": P.list_of(P.pos_float),
     "cifar_epsilons": P.list_of(P.pos_float), "cifar_rounds": P.pos_int, "cifar_n_train": P.optional(P.pos_int),
-    "dlg_steps": P.pos_int, "dlg_round": P.pos_int, "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
+    "dlg_steps": P.pos_int, "dlg_round": P.pos_int, "dlg_per_client": P.pos_int,
+    "dlg_noise_seeds": P.list_of(P.nonneg_int, nonempty=True), "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
 }
 
 
