@@ -702,6 +702,56 @@ def test_gains_losses_and_compare_from_real_runs():
     assert set(others["gain, ours [95 % CI]"]) == {"not run"} and set(others["loss, ours [95 % CI]"]) == {"not run"}
 
 
+def _fig2_runs(cells):
+    """runs_table-like test rows on ADULT: (model, method, eps, per-fold accuracies in [0, 1]) at 2 x 5-fold."""
+    out = []
+    for model, method, eps, folds in cells:
+        c = F.method_run(method, base=F.base_run("adult", model, folds=5, repeats=2), epsilon=eps)
+        out.append({"config": c, "dataset": "adult", "model": model, "method": method, "epsilon": eps,
+                    "accuracy": 100 * sum(folds) / len(folds), "accuracy_runs": list(folds)})
+    return pd.DataFrame(out)
+
+
+def test_fig2_differences_pair_each_method_with_its_reference_fold_by_fold():
+    from ldptut.papers import cv_interval
+
+    g = torch.Generator().manual_seed(0)
+    folds = {k: (0.7 + 0.05 * torch.rand(10, generator=g)).tolist() for k in range(6)}
+    runs = _fig2_runs([("logistic", "PM", 0.5, folds[0]), ("logistic", "PS-PM", 0.5, folds[1]),
+                       ("logistic", "U-PM", 0.5, folds[2]), ("logistic", "PM", 2.0, folds[3]),
+                       ("logistic", "PS-PM", 2.0, folds[4]), ("svm", "PM", 0.5, folds[5])])
+    d = F.fig2_differences(runs, pairs=[("PS-PM", "PM"), ("PS-PM", "U-PM"), ("PS-HM", "HM")])
+    assert set(d["pair"]) == {"PS-PM − PM", "PS-PM − U-PM"}                 # HM was not run: no column
+    row = d[(d["model"] == "logistic") & (d["epsilon"] == 0.5) & (d["pair"] == "PS-PM − U-PM")].iloc[0]
+    m, lo, hi = cv_interval([100 * (a - b) for a, b in zip(folds[1], folds[2])], folds=5)
+    assert row["difference"] == pytest.approx(m) and (row["lo"], row["hi"]) == pytest.approx((lo, hi))
+    at2 = d[(d["model"] == "logistic") & (d["epsilon"] == 2.0)].set_index("pair")
+    assert at2.loc["PS-PM − PM", "difference"] == pytest.approx(100 * (sum(folds[4]) - sum(folds[3])) / 10)
+    assert pd.isna(at2.loc["PS-PM − U-PM", "difference"])                   # U-PM missing at eps 2
+    assert d[d["model"] == "svm"]["difference"].isna().all()
+    wide = F.fig2_gains(runs, pairs=[("PS-PM", "PM"), ("PS-PM", "U-PM")])
+    assert list(wide.columns) == ["model", "ε per user", "PS-PM − PM", "PS-PM − U-PM"] and len(wide) == 3
+    cell = wide[(wide["model"] == "logistic") & (wide["ε per user"] == 0.5)]["PS-PM − U-PM"].iloc[0]
+    assert cell == f"{m:+.2f} [{lo:+.1f}, {hi:+.1f}]"
+    assert wide[(wide["model"] == "logistic") & (wide["ε per user"] == 2.0)]["PS-PM − U-PM"].iloc[0] == "not run"
+    two = pd.concat([runs, runs.assign(dataset="bank")])
+    with pytest.raises(ValueError, match="one data set"):
+        F.fig2_differences(two)
+    assert F.fig2_differences(runs.iloc[:0]).empty
+
+
+def test_followup_gives_each_tuned_method_its_test_run():
+    runs = _fake_runs([("PM", 0.01, "validation", 80.0), ("PM", 0.1, "validation", 85.0),
+                       ("PS-PM", 0.01, "validation", 88.0), ("PS-PM", 0.1, "validation", 86.0)])
+    table = pd.concat([runs.assign(experiment="tuning"),
+                       runs.iloc[:2].assign(experiment="fig 2 tuning", accuracy=[90.0, 70.0])], ignore_index=True)
+    out = F.followup({"repeats": 10}, table)
+    got = sorted((e, c.method, c.lr, c.holdout, c.repeats) for e, c in out)
+    assert got == [("fig 2 tuned", "PM", 0.01, "test", 10), ("table 3 tuned", "PM", 0.1, "test", 10),
+                   ("table 3 tuned", "PS-PM", 0.01, "test", 10)]
+    assert F.followup({"repeats": 10}, table.iloc[:0]) == []
+
+
 # ============================================================================================ real data
 def _mirror():
     import os

@@ -116,7 +116,9 @@ def test_the_followup_stage_needs_the_grid_stored(tmp_path):
     p = sweep.chapter_parameters("corbin")
     with pytest.raises(ValueError, match="not stored.*run the grid first"):
         sweep.followup_grid("corbin", p, RunCache(tmp_path))
-    assert sweep.followup_grid("fedsel", sweep.chapter_parameters("fedsel"), RunCache(tmp_path)) == []
+    with pytest.raises(ValueError, match="not stored.*run the grid first"):
+        sweep.followup_grid("fedsel", sweep.chapter_parameters("fedsel"), RunCache(tmp_path))
+    assert sweep.followup_grid("ldp_fl", sweep.chapter_parameters("ldp_fl"), RunCache(tmp_path)) == []
 
 
 def _fedsel_notebook_runs(p):
@@ -135,6 +137,9 @@ def _fedsel_notebook_runs(p):
         folds=p["folds"], repeats=p["tune_repeats"], eta=p["eta"])]
     out += [("fig 2", c) for _, c in F.configs(datasets=curve, models=p["models"], epsilons=p["epsilons"], methods=f2,
                                                mu=p["mu"], lr=p["lr"], **common)]
+    out += [("fig 2 tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in F.configs(
+        datasets=curve, models=p["models"], epsilons=p["epsilons"], methods=p["fig2_tuned_methods"], mu=p["mu"],
+        folds=p["folds"], repeats=p["tune_repeats"], eta=p["eta"])]
     out += [("convergence", c.replace(eval_every=5)) for _, c in F.configs(
         datasets=curve, models=first, epsilons=[4.0], methods=clear + sel, mu=p["mu"], lr=p["lr"], **common)]
     out += [("fig 3a", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=acc,
@@ -161,18 +166,21 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
         count = {e: [x for x, _ in g].count(e) for e in F.GRID_PARTS}
         n_lrs = len(p["lrs"])
         n_dims = len(p["dims"])
-        assert count == {"table 3": 72, "tuning": 72 * n_lrs, "fig 2": 102, "convergence": 6, "fig 3a": 28,
-                         "fig 3b": 24, "d sweep": 5 * n_lrs * n_dims}
-        # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2); the tuning runs are all distinct, and
-        # so are the sweep's over d (each has its own d, even d = 100, syn-L's own)
-        assert len(set(_keys(g))) == 214 + 72 * n_lrs + 5 * n_lrs * n_dims
+        n_f2 = len(p["fig2_tuned_methods"])
+        assert count == {"table 3": 72, "tuning": 72 * n_lrs, "fig 2": 102, "fig 2 tuning": n_f2 * 4 * 2 * n_lrs,
+                         "convergence": 6, "fig 3a": 28, "fig 3b": 24, "d sweep": 5 * n_lrs * n_dims}
+        # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2; Fig. 2's tuning runs at ε = 2 of
+        # Table 3's methods are Table 3's tuning runs on ADULT); the sweep's over d are all distinct (each has its
+        # own d, even d = 100, syn-L's own)
+        shared = len(set(p["fig2_tuned_methods"]) & {"PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM"}) * 2 * n_lrs
+        assert len(set(_keys(g))) == 214 + 72 * n_lrs + n_f2 * 4 * 2 * n_lrs - shared + 5 * n_lrs * n_dims
         assert {c.dim for e, c in g if e == "d sweep"} == set(p["dims"])
         assert {c.dim for e, c in g if e != "d sweep"} == {None}
-        tuning = [c for e, c in g if e in ("tuning", "d sweep")]
+        tuning = [c for e, c in g if e in ("tuning", "fig 2 tuning", "d sweep")]
         assert {c.holdout for c in tuning} == {"validation"} and {c.lr for c in tuning} == set(p["lrs"])
-        assert {c.holdout for e, c in g if e not in ("tuning", "d sweep")} == {"test"}
-    assert n_lrs == 10 and n_dims == 5 and {c.repeats for e, c in g if e not in ("tuning", "d sweep")} == {10}
-    assert {c.repeats for e, c in g if e in ("tuning", "d sweep")} == {2}
+        assert {c.holdout for e, c in g if e not in ("tuning", "fig 2 tuning", "d sweep")} == {"test"}
+    assert n_lrs == 10 and n_dims == 5 and {c.repeats for e, c in g if e not in ("tuning", "fig 2 tuning", "d sweep")} == {10}
+    assert {c.repeats for e, c in g if e in ("tuning", "fig 2 tuning", "d sweep")} == {2} and n_f2 == 10
     assert _keys(F.grid(p, parts=["tuning"])) == _keys([x for x in g if x[0] == "tuning"])
     with pytest.raises(ValueError, match="unknown parts"):
         F.grid(p, parts=["fig 9"])

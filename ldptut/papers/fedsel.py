@@ -40,7 +40,9 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare
            "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run", "TABLE3_METHODS",
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
            "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
-           "plot_tuning", "dim_table", "plot_dim_sweep"]
+           "plot_tuning", "dim_table", "plot_dim_sweep", "FIG2_TUNED_METHODS", "FIG2_PAIRS", "fig2_gains",
+           "fig2_differences", "followup",
+           "plot_fig2_tuned"]
 
 PAPER = Paper(
     key="fedsel",
@@ -382,8 +384,13 @@ LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 #: with d than the flat one's): synthetic data at each d of ``dims``, these methods, each at its own tuned α.
 DIM_METHODS = ["NP", "PM", "U-PM", "EXP-PM", "PS-PM"]
 DIM_DATASET = "syn_l"
+#: Fig. 2's private methods at each one's own α (chosen on validation, as Table 3's): the flat and two-stage pairs,
+#: the uniform-index control U-PM and the compressed PM-RP; and the differences its table gives (a − b, points).
+FIG2_TUNED_METHODS = ["PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM", "HM", "PS-HM", "Duchi", "PS-Duchi", "PM-RP"]
+FIG2_PAIRS = [("PS-PM", "PM"), ("EXP-PM", "PM"), ("PS-PM", "U-PM"), ("PS-HM", "HM"), ("PS-Duchi", "Duchi"),
+              ("PM-RP", "PM"), ("PM-RP", "PS-PM")]
 #: The chapter's experiments, in the notebook's order.
-GRID_PARTS = ("table 3", "tuning", "fig 2", "convergence", "fig 3a", "fig 3b", "d sweep")
+GRID_PARTS = ("table 3", "tuning", "fig 2", "fig 2 tuning", "convergence", "fig 3a", "fig 3b", "d sweep")
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/fedsel-paper.yaml`` the paper-scale values); :func:`check_settings` adds
@@ -394,6 +401,7 @@ PARAMETERS = {
     "curve_dataset": P.choice("bank", "adult", "kdd99", "syn_l", "syn_h"), "folds": P.pos_int, "repeats": P.pos_int,
     "mu": P.fraction, "mus": P.list_of(P.fraction), "lr": P.pos_float, "lrs": P.list_of(P.pos_float),
     "tune_repeats": P.pos_int, "dims": P.list_of(P.pos_int),
+    "fig2_tuned_methods": P.list_of(P.choice(*[m for m in METHODS if METHODS[m][1] is not None])),
     "eta": P.real, "accumulation_epochs": P.pos_int, "accumulation_lr": P.pos_float, "timing_dims": P.list_of(P.pos_int),
     "selection_samples": P.pos_int, "device": P.device, "run_cache": P.optional(P.string),
     "paper_runs_dir": P.optional(P.string),
@@ -422,6 +430,8 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
       method's own α and :func:`tuned_configs` gives Table 3's runs on test at it (they depend on these results,
       so they are not in the grid);
     * "fig 2": :data:`CURVE_METHODS` on ``curve_dataset``, both models, every ε of ``epsilons``;
+    * "fig 2 tuning": ``fig2_tuned_methods`` on ``curve_dataset``, both models, every ε, every α of ``lrs`` on
+      validation (``tune_repeats``); :func:`tuned_configs` gives their test runs, :func:`fig2_gains` the table;
     * "convergence": the selections alone at :data:`CONVERGENCE_EPSILON` and the runs in clear, first model,
       evaluated every 5 iterations;
     * "fig 3a": :data:`ACCUMULATION_METHODS` over ``accumulation_epochs`` epochs at ``accumulation_lr``;
@@ -451,6 +461,11 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
     if "fig 2" in want:
         out += [("fig 2", c) for _, c in configs(datasets=curve, models=p["models"], epsilons=epsilons,
                                                  methods=CURVE_METHODS, mu=p["mu"], lr=p["lr"], **common)]
+    if "fig 2 tuning" in want:
+        tune = {**common, "repeats": p["tune_repeats"]}
+        out += [("fig 2 tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"]
+                for _, c in configs(datasets=curve, models=p["models"], epsilons=epsilons,
+                                    methods=p["fig2_tuned_methods"], mu=p["mu"], **tune)]
     if "convergence" in want:
         out += [("convergence", c.replace(eval_every=5))
                 for _, c in configs(datasets=curve, models=first, epsilons=[CONVERGENCE_EPSILON],
@@ -773,6 +788,92 @@ def dim_table(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = (("PS-PM
             row[f"{a} − {b}"] = _with_interval(diff, lo, hi)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def fig2_differences(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = tuple(FIG2_PAIRS)) -> pd.DataFrame:
+    """Fig. 2's comparisons from test runs with one run per (model, method, ε) on one data set (:func:`runs_table`
+    rows, e.g. the runs at each method's tuned α from :func:`tuned_configs`): per model, ε and pair (a, b) of
+    ``pairs`` with both methods in ``runs``, "difference" = acc(a) - acc(b) in points (above 0: a is the more
+    accurate) and its 95 % interval "lo", "hi" paired over the cross-validation runs
+    (:func:`ldptut.papers.cv_interval`; None without per-run accuracies, NaN difference where a run is missing)."""
+    t = runs[runs["config"].map(lambda c: c.holdout == "test" and c.epsilon is not None)] if len(runs) else runs
+    if not len(t):
+        return pd.DataFrame(columns=["model", "epsilon", "pair", "difference", "lo", "hi"])
+    datasets = sorted(set(t["dataset"]))
+    if len(datasets) > 1:
+        raise ValueError(f"fig2_differences takes the runs of one data set, got {datasets}")
+    present = set(t["method"])
+    rows = []
+    for (model, eps), _ in t.groupby(["model", "epsilon"], sort=True):
+        for a, b in [(a, b) for a, b in pairs if a in present and b in present]:
+            diff, lo, hi = _difference(_cell(t, datasets[0], model, a, eps), _cell(t, datasets[0], model, b, eps))
+            rows.append({"model": model, "epsilon": eps, "pair": f"{a} − {b}",
+                         "difference": float("nan") if diff is None else diff, "lo": lo, "hi": hi})
+    return pd.DataFrame(rows)
+
+
+def fig2_gains(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = tuple(FIG2_PAIRS)) -> pd.DataFrame:
+    """:func:`fig2_differences` as a table: one row per model and ε per user, one column per pair, each cell
+    "difference [lo, hi]" in points ("not run" where a run is missing)."""
+    d = fig2_differences(runs, pairs=pairs)
+    if not len(d):
+        return pd.DataFrame(columns=["model", "ε per user"])
+    d["cell"] = [_with_interval(None if pd.isna(v) else v, lo, hi)
+                 for v, lo, hi in zip(d["difference"], d["lo"], d["hi"])]
+    wide = d.pivot_table(index=["model", "epsilon"], columns="pair", values="cell", aggfunc="first", sort=False)
+    wide = wide[list(dict.fromkeys(d["pair"]))].reset_index().rename(columns={"epsilon": "ε per user"})
+    wide.columns.name = None
+    return wide
+
+
+def followup(p: Mapping[str, Any], table: pd.DataFrame) -> list[tuple[str, FedSelRun]]:
+    """The test runs that depend on :func:`grid`'s results: each method at the α chosen on validation
+    (:func:`tuned_lrs`, :func:`tuned_configs`, ``repeats`` repetitions) for Table 3 ("tuning" -> "table 3 tuned"),
+    Fig. 2 ("fig 2 tuning" -> "fig 2 tuned") and the sweep over d ("d sweep" -> "d sweep tuned"); ``table`` is the
+    grid's stored runs as a records table with an ``experiment`` column (:func:`ldptut.runcache.stored_table`)."""
+    out: list[tuple[str, FedSelRun]] = []
+    if not len(table):
+        return out
+    for part, experiment in (("tuning", "table 3 tuned"), ("fig 2 tuning", "fig 2 tuned"),
+                             ("d sweep", "d sweep tuned")):
+        sel = table[table["experiment"] == part]
+        if len(sel):
+            out += tuned_configs(tuned_lrs(sel), repeats=p["repeats"], experiment=experiment)
+    return out
+
+
+def plot_fig2_tuned(runs: pd.DataFrame, *, majority: Optional[float] = None,
+                    panels: Sequence[Sequence[str]] = (("PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM", "PM-RP"),
+                                                       ("HM", "PS-HM", "Duchi", "PS-Duchi"))) -> Any:
+    """Fig. 2 at each method's own α: misclassification rate (%) on test against ε per user (log axis), mean ± std
+    over the cross-validation runs, one row per model and one panel per group of ``panels`` (methods absent from
+    ``runs`` are left out); ``majority`` (%, accuracy of the constant classifier) draws its rate. Points that
+    coincide are shifted slightly along ε. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    t = runs[runs["config"].map(lambda c: c.holdout == "test" and c.epsilon is not None)]
+    models = list(dict.fromkeys(t["model"]))
+    groups = [[m for m in g if m in set(t["method"])] for g in panels]
+    groups = [g for g in groups if g]
+    fig, axes = plt.subplots(len(models), len(groups), figsize=(6.3 * len(groups), 3.8 * len(models)), squeeze=False)
+    epsilons = sorted(set(t["epsilon"]))
+    for row, model in zip(axes, models):
+        for ax, group in zip(row, groups):
+            for i, m in enumerate(group):
+                line = t[(t["model"] == model) & (t["method"] == m)].sort_values("epsilon")
+                shift = 1.04 ** (i - (len(group) - 1) / 2)
+                ax.errorbar(line["epsilon"] * shift, line["misclassification"], yerr=line["accuracy_std"],
+                            marker="os^vDx"[i % 6], ls=["-", "--", ":", "-."][i % 4], capsize=2, label=m)
+            if majority is not None:
+                ax.axhline(100 - majority, color="tab:red", ls="--", lw=0.8, label="majority class")
+            ax.set(xscale="log", xlabel="ε per user (one epoch)", ylabel="misclassification rate (%)",
+                   title=f"{model}: each method at its own α")
+            ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def plot_dim_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = tuple(DIM_METHODS)) -> Any:
