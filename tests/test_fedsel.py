@@ -730,10 +730,11 @@ def test_fig2_differences_pair_each_method_with_its_reference_fold_by_fold():
     assert pd.isna(at2.loc["PS-PM − U-PM", "difference"])                   # U-PM missing at eps 2
     assert d[d["model"] == "svm"]["difference"].isna().all()
     wide = F.fig2_gains(runs, pairs=[("PS-PM", "PM"), ("PS-PM", "U-PM")])
-    assert list(wide.columns) == ["model", "ε per user", "PS-PM − PM", "PS-PM − U-PM"] and len(wide) == 3
-    cell = wide[(wide["model"] == "logistic") & (wide["ε per user"] == 0.5)]["PS-PM − U-PM"].iloc[0]
-    assert cell == f"{m:+.2f} [{lo:+.1f}, {hi:+.1f}]"
-    assert wide[(wide["model"] == "logistic") & (wide["ε per user"] == 2.0)]["PS-PM − U-PM"].iloc[0] == "not run"
+    assert list(wide.columns) == ["a − b (points)", "model", "ε = 0.5", "ε = 2"] and len(wide) == 4
+    assert list(wide["a − b (points)"]) == ["PS-PM − PM"] * 2 + ["PS-PM − U-PM"] * 2      # the pairs' order
+    at = wide.set_index(["a − b (points)", "model"])
+    assert at.loc[("PS-PM − U-PM", "logistic"), "ε = 0.5"] == f"{m:+.2f} [{lo:+.1f}, {hi:+.1f}]"
+    assert at.loc[("PS-PM − U-PM", "logistic"), "ε = 2"] == "not run"
     two = pd.concat([runs, runs.assign(dataset="bank")])
     with pytest.raises(ValueError, match="one data set"):
         F.fig2_differences(two)

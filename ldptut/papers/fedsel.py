@@ -387,8 +387,8 @@ DIM_DATASET = "syn_l"
 #: Fig. 2's private methods at each one's own α (chosen on validation, as Table 3's): the flat and two-stage pairs,
 #: the uniform-index control U-PM and the compressed PM-RP; and the differences its table gives (a − b, points).
 FIG2_TUNED_METHODS = ["PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM", "HM", "PS-HM", "Duchi", "PS-Duchi", "PM-RP"]
-FIG2_PAIRS = [("PS-PM", "PM"), ("EXP-PM", "PM"), ("PS-PM", "U-PM"), ("PS-HM", "HM"), ("PS-Duchi", "Duchi"),
-              ("PM-RP", "PM"), ("PM-RP", "PS-PM")]
+FIG2_PAIRS = [("PS-PM", "PM"), ("EXP-PM", "PM"), ("PE-PM", "PM"), ("PS-PM", "U-PM"), ("PS-HM", "HM"),
+              ("PS-Duchi", "Duchi"), ("PM-RP", "PM"), ("PM-RP", "PS-PM")]
 #: The chapter's experiments, in the notebook's order.
 GRID_PARTS = ("table 3", "tuning", "fig 2", "fig 2 tuning", "convergence", "fig 3a", "fig 3b", "d sweep")
 
@@ -813,17 +813,17 @@ def fig2_differences(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = t
 
 
 def fig2_gains(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = tuple(FIG2_PAIRS)) -> pd.DataFrame:
-    """:func:`fig2_differences` as a table: one row per model and ε per user, one column per pair, each cell
-    "difference [lo, hi]" in points ("not run" where a run is missing)."""
+    """:func:`fig2_differences` as a table that fits a page: one row per pair ("a − b") and model, one column per
+    ε per user, each cell "difference [lo, hi]" in points ("not run" where a run is missing)."""
     d = fig2_differences(runs, pairs=pairs)
     if not len(d):
-        return pd.DataFrame(columns=["model", "ε per user"])
+        return pd.DataFrame(columns=["a − b (points)", "model"])
     d["cell"] = [_with_interval(None if pd.isna(v) else v, lo, hi)
                  for v, lo, hi in zip(d["difference"], d["lo"], d["hi"])]
-    wide = d.pivot_table(index=["model", "epsilon"], columns="pair", values="cell", aggfunc="first", sort=False)
-    wide = wide[list(dict.fromkeys(d["pair"]))].reset_index().rename(columns={"epsilon": "ε per user"})
-    wide.columns.name = None
-    return wide
+    d["pair"] = pd.Categorical(d["pair"], categories=list(dict.fromkeys(d["pair"])), ordered=True)
+    wide = d.pivot_table(index=["pair", "model"], columns="epsilon", values="cell", aggfunc="first", observed=True)
+    wide.columns = [f"ε = {e:g}" for e in wide.columns]
+    return wide.reset_index().rename(columns={"pair": "a − b (points)"})
 
 
 def followup(p: Mapping[str, Any], table: pd.DataFrame) -> list[tuple[str, FedSelRun]]:
@@ -857,6 +857,7 @@ def plot_fig2_tuned(runs: pd.DataFrame, *, majority: Optional[float] = None,
     groups = [g for g in groups if g]
     fig, axes = plt.subplots(len(models), len(groups), figsize=(6.3 * len(groups), 3.8 * len(models)), squeeze=False)
     epsilons = sorted(set(t["epsilon"]))
+    label = ", ".join(DATASETS[d]["label"] for d in sorted(set(t["dataset"])))
     for row, model in zip(axes, models):
         for ax, group in zip(row, groups):
             for i, m in enumerate(group):
@@ -867,7 +868,7 @@ def plot_fig2_tuned(runs: pd.DataFrame, *, majority: Optional[float] = None,
             if majority is not None:
                 ax.axhline(100 - majority, color="tab:red", ls="--", lw=0.8, label="majority class")
             ax.set(xscale="log", xlabel="ε per user (one epoch)", ylabel="misclassification rate (%)",
-                   title=f"{model}: each method at its own α")
+                   title=f"{label}, {model}: each method at its own α")
             ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
             ax.xaxis.set_minor_locator(plt.NullLocator())
             ax.grid(alpha=0.3)
