@@ -370,6 +370,11 @@ def test_noise_cost_matches_each_pm_run_with_its_twin_without_noise():
     assert (cost.loc[cost["ε"] == 8.0, "PM costs (points)"] == 5.0).all()
     assert (cost.loc[cost["ε"] == 2.0, "PM costs (points)"] == 50.0).all()
     assert P.noise_cost(runs[runs["config"].map(lambda c: c.mechanism is not None)]).empty  # no twins, no rows
+    other = runs.assign(config=[c.replace(dataset="fashion_mnist") for c in runs["config"]])
+    other = other.assign(key=[c.key() for c in other["config"]], accuracy=other["accuracy"] - 10.0)
+    both = P.noise_cost(pd.concat([runs, other], ignore_index=True))   # another data set: rows of its own
+    assert len(both) == 2 * len(cost) and set(both["dataset"]) == {"mnist", "fashion_mnist"}
+    assert both.groupby("dataset")["no noise (%)"].max().to_dict() == {"mnist": 90.0, "fashion_mnist": 80.0}
 
 
 def test_sweep_table_does_not_count_a_run_not_yet_trained_as_diverged():

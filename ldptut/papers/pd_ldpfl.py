@@ -616,11 +616,12 @@ _SHORT = {"fedavg": "FedAvg", "privatefl": "PrivateFL", "pd_ldpfl": "PD-LDPFL", 
 def noise_cost(runs: pd.DataFrame) -> pd.DataFrame:
     """Table 2 beside its control: for every run with PM in ``runs`` (rows of :func:`ldptut.runcache.records_table`)
     whose twin without noise (:func:`without_noise`) is there too, the final test accuracy (%) with PM, without
-    noise and the difference (what PM costs, in points; NaN where the PM run diverged). One row per variant, number
-    of clients, seed and method; runs of other settings are matched the same way."""
+    noise and the difference (what PM costs, in points; NaN where the PM run diverged). One row per data set,
+    rounds, training images, variant, number of clients, seed, method and ε; runs of other settings are matched
+    the same way."""
+    cols = ["dataset", "rounds", "images", "variant", "clients", "seed", "method", "ε"]
     if not len(runs):
-        return pd.DataFrame(columns=["variant", "clients", "seed", "method", "ε", "with PM (%)", "no noise (%)",
-                                     "PM costs (points)"])
+        return pd.DataFrame(columns=cols + ["with PM (%)", "no noise (%)", "PM costs (points)"])
     acc = dict(zip(runs["key"], runs["accuracy"]))
     rows = []
     for c, a in zip(runs["config"], runs["accuracy"]):
@@ -629,9 +630,10 @@ def noise_cost(runs: pd.DataFrame) -> pd.DataFrame:
         twin = without_noise(c).key()
         if twin not in acc:
             continue
-        rows.append({"variant": c.variant, "clients": c.n_clients, "seed": c.seed, "method": c.method,
-                     "ε": c.epsilon, "with PM (%)": a, "no noise (%)": acc[twin], "PM costs (points)": acc[twin] - a})
-    return pd.DataFrame(rows).drop_duplicates(["variant", "clients", "seed", "method", "ε"])
+        rows.append({"dataset": c.dataset, "rounds": c.rounds, "images": c.n_train or "all", "variant": c.variant,
+                     "clients": c.n_clients, "seed": c.seed, "method": c.method, "ε": c.epsilon, "with PM (%)": a,
+                     "no noise (%)": acc[twin], "PM costs (points)": acc[twin] - a})
+    return pd.DataFrame(rows, columns=cols + ["with PM (%)", "no noise (%)", "PM costs (points)"]).drop_duplicates(cols)
 
 
 _cell, _paired, _finite_accuracy = interval_cell, paired_cell, finite_accuracy
