@@ -424,3 +424,18 @@ def test_dlg_after_pm_compares_each_attack_with_the_trivial_guess_and_noise_matt
     paired = (per["after PM"] - per["trivial guess"]).mean()
     assert s["after PM − trivial guess (paired by image)"].startswith(f"{paired:+.2f} [")
     assert s["images beating the guess after PM"] == f"{int((per['after PM'] > per['trivial guess']).sum())} of 4"
+
+
+def test_table2_text_puts_ours_beside_the_papers_cells():
+    cfgs = [c for _, c in P.configs(datasets=["mnist"], clients=[10, 25], variants=["authors_code"])]
+    acc = {("fedavg", 10): 97.0, ("privatefl", 10): 97.5, ("pd_ldpfl", 10): 98.0,
+           ("fedavg", 25): 95.0, ("privatefl", 25): 96.0, ("pd_ldpfl", 25): 97.25}
+    runs = pd.DataFrame([{"config": c, "dataset": c.dataset, "accuracy": acc[(c.method, c.n_clients)]} for c in cfgs])
+    t = P.table2_text(runs)
+    assert t["mnist_ours"] == "97.0 / 97.5 / 98.0 % with 10 clients, 95.0 / 96.0 / 97.2 % with 25 clients"
+    assert t["mnist_paper"] == "92.5 / 95.11 / 96.4, 90.29 / 93.7 / 95.15"       # Table 2's cells
+    assert t["mnist_fedavg_above"] == "4.5 to 4.7" and t["mnist_clients"] == "10, 25"
+    assert t["mnist_lead"] == "+1.0, +2.2" and t["mnist_paper_lead"] == "+3.9, +4.9"
+    with pytest.raises(ValueError, match="two runs of one Table 2 cell"):
+        P.table2_text(pd.concat([runs, runs.iloc[:1]]))
+    assert P.table2_text(runs[runs["config"].map(lambda c: c.method != "fedavg")]) == {}

@@ -38,7 +38,8 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS"
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
            "table1_run", "init_sweep", "fig8_runs", "configs", "VARIANTS", "variant_run", "without_noise",
            "epsilon_sweep", "noise_cost", "sweep_table", "plot_epsilon_sweep", "train_without_noise", "later_round_dlg",
-           "LaterRoundDLG", "dlg_after_pm", "plot_dlg_after_pm", "dlg_after_pm_summary", "PARAMETERS", "grid", "compare"]
+           "LaterRoundDLG", "dlg_after_pm", "plot_dlg_after_pm", "table2_text", "dlg_after_pm_summary",
+           "PARAMETERS", "grid", "compare"]
 
 PAPER = Paper(
     key="pd_ldpfl",
@@ -607,6 +608,36 @@ def compare(runs: pd.DataFrame) -> pd.DataFrame:
                          "paper (%)": claim.value, "ours (%)": mean_std(g["accuracy"]) if len(g) else "not run",
                          "settings": settings})
     return pd.DataFrame(rows)
+
+
+def table2_text(runs: pd.DataFrame) -> dict[str, str]:
+    """Phrases for a summary of Table 2 from runs with PM at one setting (:func:`ldptut.runcache.records_table`
+    rows, one run per data set, number of clients and method, e.g. the stored paper-scale runs), for each data set
+    ``ds`` of the runs and the numbers of clients where all three methods ran: ``{ds}_ours`` ("a / b / c % with n
+    clients, ...", FedAvg / PrivateFL / PD-LDPFL), ``{ds}_paper`` (Table 2's numbers of the same cells),
+    ``{ds}_fedavg_above`` (our FedAvg minus the paper's, points, "lo to hi"), ``{ds}_lead`` and ``{ds}_paper_lead``
+    (PD-LDPFL − FedAvg per number of clients, points) and ``{ds}_clients``. Raises on two runs of one cell."""
+    paper = {(dict(r.setting)["dataset"], dict(r.setting)["n_clients"], dict(r.setting)["method"]): r.value
+             for r in REPORTED}
+    order = ("fedavg", "privatefl", "pd_ldpfl")
+    out: dict[str, str] = {}
+    for ds, g in runs.groupby("dataset", sort=False):
+        cells = [(c.n_clients, c.method) for c in g["config"]]
+        if len(set(cells)) < len(cells):
+            raise ValueError(f"two runs of one Table 2 cell on {ds}: give one run per number of clients and method")
+        acc = dict(zip(cells, g["accuracy"]))
+        ns = sorted({n for n, _ in acc if all((n, m) in acc and (ds, n, m) in paper for m in order)})
+        if not ns:
+            continue
+        out[f"{ds}_ours"] = ", ".join(" / ".join(f"{acc[(n, m)]:.1f}" for m in order) + f" % with {n} clients"
+                                      for n in ns)
+        out[f"{ds}_paper"] = ", ".join(" / ".join(f"{paper[(ds, n, m)]:g}" for m in order) for n in ns)
+        above = [acc[(n, "fedavg")] - paper[(ds, n, "fedavg")] for n in ns]
+        out[f"{ds}_fedavg_above"] = f"{min(above):.1f} to {max(above):.1f}"
+        out[f"{ds}_lead"] = ", ".join(f"{acc[(n, 'pd_ldpfl')] - acc[(n, 'fedavg')]:+.1f}" for n in ns)
+        out[f"{ds}_paper_lead"] = ", ".join(f"{paper[(ds, n, 'pd_ldpfl')] - paper[(ds, n, 'fedavg')]:+.1f}" for n in ns)
+        out[f"{ds}_clients"] = ", ".join(map(str, ns))
+    return out
 
 
 # ------------------------------------------------------------------------------------ the controls' tables
