@@ -745,11 +745,14 @@ def test_followup_gives_each_tuned_method_its_test_run():
     runs = _fake_runs([("PM", 0.01, "validation", 80.0), ("PM", 0.1, "validation", 85.0),
                        ("PS-PM", 0.01, "validation", 88.0), ("PS-PM", 0.1, "validation", 86.0)])
     table = pd.concat([runs.assign(experiment="tuning"),
-                       runs.iloc[:2].assign(experiment="fig 2 tuning", accuracy=[90.0, 70.0])], ignore_index=True)
+                       runs.iloc[:2].assign(experiment="fig 2 tuning", accuracy=[90.0, 70.0]),
+                       runs.iloc[2:].assign(experiment="convergence tuning", accuracy=[60.0, 61.0])],
+                      ignore_index=True)
     out = F.followup({"repeats": 10}, table)
-    got = sorted((e, c.method, c.lr, c.holdout, c.repeats) for e, c in out)
-    assert got == [("fig 2 tuned", "PM", 0.01, "test", 10), ("table 3 tuned", "PM", 0.1, "test", 10),
-                   ("table 3 tuned", "PS-PM", 0.01, "test", 10)]
+    got = sorted((e, c.method, c.lr, c.holdout, c.repeats, c.eval_every) for e, c in out)
+    every = F.base_run("bank", "logistic").eval_every
+    assert got == [("convergence tuned", "PS-PM", 0.1, "test", 10, 5), ("fig 2 tuned", "PM", 0.01, "test", 10, every),
+                   ("table 3 tuned", "PM", 0.1, "test", 10, every), ("table 3 tuned", "PS-PM", 0.01, "test", 10, every)]
     assert F.followup({"repeats": 10}, table.iloc[:0]) == []
 
 

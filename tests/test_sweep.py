@@ -142,6 +142,9 @@ def _fedsel_notebook_runs(p):
         folds=p["folds"], repeats=p["tune_repeats"], eta=p["eta"])]
     out += [("convergence", c.replace(eval_every=5)) for _, c in F.configs(
         datasets=curve, models=first, epsilons=[4.0], methods=clear + sel, mu=p["mu"], lr=p["lr"], **common)]
+    out += [("convergence tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in F.configs(
+        datasets=curve, models=first, epsilons=[4.0], methods=clear + sel, mu=p["mu"], folds=p["folds"],
+        repeats=p["tune_repeats"], eta=p["eta"])]
     out += [("fig 3a", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=acc,
                                                 mu=p["mu"], lr=p["accumulation_lr"], epochs=p["accumulation_epochs"],
                                                 **common)]
@@ -168,19 +171,23 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
         n_dims = len(p["dims"])
         n_f2 = len(p["fig2_tuned_methods"])
         assert count == {"table 3": 72, "tuning": 72 * n_lrs, "fig 2": 102, "fig 2 tuning": n_f2 * 4 * 2 * n_lrs,
-                         "convergence": 6, "fig 3a": 28, "fig 3b": 24, "d sweep": 5 * n_lrs * n_dims}
+                         "convergence": 6, "convergence tuning": 6 * n_lrs, "fig 3a": 28, "fig 3b": 24,
+                         "d sweep": 5 * n_lrs * n_dims}
         # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2; Fig. 2's tuning runs at ε = 2 of
         # Table 3's methods are Table 3's tuning runs on ADULT); the sweep's over d are all distinct (each has its
         # own d, even d = 100, syn-L's own)
         shared = len(set(p["fig2_tuned_methods"]) & {"PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM"}) * 2 * n_lrs
-        assert len(set(_keys(g))) == 214 + 72 * n_lrs + n_f2 * 4 * 2 * n_lrs - shared + 5 * n_lrs * n_dims
+        # the convergence tuning at ε1 = 4 on the first model: NP's runs (no ε) are Table 3's NP tuning runs on ADULT
+        assert len(set(_keys(g))) == (214 + 72 * n_lrs + n_f2 * 4 * 2 * n_lrs - shared + 5 * n_lrs * n_dims
+                                      + 5 * n_lrs)
         assert {c.dim for e, c in g if e == "d sweep"} == set(p["dims"])
         assert {c.dim for e, c in g if e != "d sweep"} == {None}
-        tuning = [c for e, c in g if e in ("tuning", "fig 2 tuning", "d sweep")]
+        tuning_parts = ("tuning", "fig 2 tuning", "convergence tuning", "d sweep")
+        tuning = [c for e, c in g if e in tuning_parts]
         assert {c.holdout for c in tuning} == {"validation"} and {c.lr for c in tuning} == set(p["lrs"])
-        assert {c.holdout for e, c in g if e not in ("tuning", "fig 2 tuning", "d sweep")} == {"test"}
-    assert n_lrs == 10 and n_dims == 5 and {c.repeats for e, c in g if e not in ("tuning", "fig 2 tuning", "d sweep")} == {10}
-    assert {c.repeats for e, c in g if e in ("tuning", "fig 2 tuning", "d sweep")} == {2} and n_f2 == 10
+        assert {c.holdout for e, c in g if e not in tuning_parts} == {"test"}
+    assert n_lrs == 10 and n_dims == 5 and {c.repeats for e, c in g if e not in tuning_parts} == {10}
+    assert {c.repeats for e, c in g if e in tuning_parts} == {2} and n_f2 == 10
     assert _keys(F.grid(p, parts=["tuning"])) == _keys([x for x in g if x[0] == "tuning"])
     with pytest.raises(ValueError, match="unknown parts"):
         F.grid(p, parts=["fig 9"])

@@ -41,7 +41,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
            "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
            "plot_tuning", "dim_table", "plot_dim_sweep", "FIG2_TUNED_METHODS", "FIG2_PAIRS", "fig2_gains",
-           "fig2_differences", "followup",
+           "fig2_differences", "followup", "convergence_configs", "plot_convergence",
            "plot_fig2_tuned"]
 
 PAPER = Paper(
@@ -390,7 +390,8 @@ FIG2_TUNED_METHODS = ["PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM", "HM", "PS-HM", "
 FIG2_PAIRS = [("PS-PM", "PM"), ("EXP-PM", "PM"), ("PE-PM", "PM"), ("PS-PM", "U-PM"), ("PS-HM", "HM"),
               ("PS-Duchi", "Duchi"), ("PM-RP", "PM"), ("PM-RP", "PS-PM")]
 #: The chapter's experiments, in the notebook's order.
-GRID_PARTS = ("table 3", "tuning", "fig 2", "fig 2 tuning", "convergence", "fig 3a", "fig 3b", "d sweep")
+GRID_PARTS = ("table 3", "tuning", "fig 2", "fig 2 tuning", "convergence", "convergence tuning", "fig 3a", "fig 3b",
+              "d sweep")
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/fedsel-paper.yaml`` the paper-scale values); :func:`check_settings` adds
@@ -434,6 +435,8 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
       validation (``tune_repeats``); :func:`tuned_configs` gives their test runs, :func:`fig2_gains` the table;
     * "convergence": the selections alone at :data:`CONVERGENCE_EPSILON` and the runs in clear, first model,
       evaluated every 5 iterations;
+    * "convergence tuning": the same methods at every α of ``lrs`` on validation (``tune_repeats``); :func:`followup`
+      gives their test runs at the chosen α, evaluated every 5 iterations;
     * "fig 3a": :data:`ACCUMULATION_METHODS` over ``accumulation_epochs`` epochs at ``accumulation_lr``;
     * "fig 3b": PS-PM at every μ of ``mus`` and ε, and flat PM at every ε;
     * "d sweep": :data:`DIM_METHODS` on :data:`DIM_DATASET` at every d of ``dims``, first model, ``epsilon``, every α
@@ -470,6 +473,11 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
         out += [("convergence", c.replace(eval_every=5))
                 for _, c in configs(datasets=curve, models=first, epsilons=[CONVERGENCE_EPSILON],
                                     methods=IN_CLEAR + SELECTION_ONLY, mu=p["mu"], lr=p["lr"], **common)]
+    if "convergence tuning" in want:
+        tune = {**common, "repeats": p["tune_repeats"]}
+        out += [("convergence tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"]
+                for _, c in configs(datasets=curve, models=first, epsilons=[CONVERGENCE_EPSILON],
+                                    methods=IN_CLEAR + SELECTION_ONLY, mu=p["mu"], **tune)]
     if "fig 3a" in want:
         out += [("fig 3a", c) for _, c in configs(datasets=curve, models=first, epsilons=epsilons,
                                                   methods=ACCUMULATION_METHODS, mu=p["mu"], lr=p["accumulation_lr"],
@@ -790,6 +798,35 @@ def dim_table(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = (("PS-PM
     return pd.DataFrame(rows)
 
 
+def convergence_configs(tuned: pd.DataFrame, *, repeats: int) -> list[tuple[str, FedSelRun]]:
+    """The convergence check's test runs at each method's tuned α (:func:`tuned_configs`, experiment "convergence
+    tuned"), evaluated every 5 iterations."""
+    return [(e, c.replace(eval_every=5)) for e, c in tuned_configs(tuned, repeats=repeats,
+                                                                     experiment="convergence tuned")]
+
+
+def plot_convergence(records: Iterable[Any], *, majority: Optional[float] = None, title: str = "") -> Any:
+    """Misclassification rate (%) on test against the iteration, one line per record (a FedSel run evaluated every
+    few iterations), labelled by method and, where the runs' α differ, α; ``majority`` (accuracy %, the constant
+    classifier) draws its rate. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    records = list(records)
+    lrs = {r.config.lr for r in records}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for rec in records:
+        h = rec.history
+        label = rec.config.method + (f" (α = {rec.config.lr:g})" if len(lrs) > 1 else "")
+        ax.plot(h["round"], 100 * (1 - h["accuracy"]), marker=".", label=label)
+    if majority is not None:
+        ax.axhline(100 - majority, color="tab:red", ls="--", lw=0.8, label="majority class")
+    ax.set(xlabel="iteration (batches of m users)", ylabel="misclassification rate (%)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def fig2_differences(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = tuple(FIG2_PAIRS)) -> pd.DataFrame:
     """Fig. 2's comparisons from test runs with one run per (model, method, ε) on one data set (:func:`runs_table`
     rows, e.g. the runs at each method's tuned α from :func:`tuned_configs`): per model, ε and pair (a, b) of
@@ -829,16 +866,19 @@ def fig2_gains(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = tuple(F
 def followup(p: Mapping[str, Any], table: pd.DataFrame) -> list[tuple[str, FedSelRun]]:
     """The test runs that depend on :func:`grid`'s results: each method at the α chosen on validation
     (:func:`tuned_lrs`, :func:`tuned_configs`, ``repeats`` repetitions) for Table 3 ("tuning" -> "table 3 tuned"),
-    Fig. 2 ("fig 2 tuning" -> "fig 2 tuned") and the sweep over d ("d sweep" -> "d sweep tuned"); ``table`` is the
-    grid's stored runs as a records table with an ``experiment`` column (:func:`ldptut.runcache.stored_table`)."""
+    Fig. 2 ("fig 2 tuning" -> "fig 2 tuned"), the convergence check ("convergence tuning" -> "convergence tuned",
+    evaluated every 5 iterations) and the sweep over d ("d sweep" -> "d sweep tuned"); ``table`` is the grid's
+    stored runs as a records table with an ``experiment`` column (:func:`ldptut.runcache.stored_table`)."""
     out: list[tuple[str, FedSelRun]] = []
     if not len(table):
         return out
     for part, experiment in (("tuning", "table 3 tuned"), ("fig 2 tuning", "fig 2 tuned"),
-                             ("d sweep", "d sweep tuned")):
+                             ("convergence tuning", "convergence tuned"), ("d sweep", "d sweep tuned")):
         sel = table[table["experiment"] == part]
         if len(sel):
-            out += tuned_configs(tuned_lrs(sel), repeats=p["repeats"], experiment=experiment)
+            tuned = tuned_lrs(sel)
+            out += (convergence_configs(tuned, repeats=p["repeats"]) if part == "convergence tuning" else
+                    tuned_configs(tuned, repeats=p["repeats"], experiment=experiment))
     return out
 
 
