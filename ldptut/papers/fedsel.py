@@ -41,7 +41,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
            "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
            "plot_tuning", "dim_table", "plot_dim_sweep", "FIG2_TUNED_METHODS", "FIG2_PAIRS", "fig2_gains",
-           "fig2_differences", "followup", "convergence_configs", "plot_convergence",
+           "fig2_differences", "followup", "convergence_configs", "plot_convergence", "difference_cell",
            "plot_fig2_tuned"]
 
 PAPER = Paper(
@@ -673,6 +673,13 @@ def _with_interval(v: Any, lo: Any, hi: Any) -> str:
     if lo is None or pd.isna(lo):
         return f"{v:+.2f}"
     return f"{v:+.2f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+def difference_cell(a: pd.Series, b: pd.Series) -> str:
+    """acc(a) - acc(b) in points for two :func:`runs_table` rows, as "difference [lo, hi]" with the 95 % interval
+    paired over their cross-validation runs (:func:`ldptut.papers.cv_interval`), or the difference alone where
+    the rows hold no per-run accuracies over the same folds."""
+    return _with_interval(*_difference(a, b))
 
 
 def _verdict(paper: float, lo: Any, hi: Any) -> str:
