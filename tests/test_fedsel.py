@@ -737,6 +737,9 @@ def test_fig2_differences_pair_each_method_with_its_reference_fold_by_fold():
     assert at.loc[("PS-PM − U-PM", "logistic"), "ε = 2"] == "not run"
     assert F.difference_cell(runs.iloc[1], runs.iloc[2]) == f"{m:+.2f} [{lo:+.1f}, {hi:+.1f}]"
     assert F.difference_cell(runs.iloc[1], runs.iloc[2].drop("accuracy_runs")) == f"{m:+.2f}"   # no folds: no interval
+    ordered = F.in_method_order(runs.iloc[::-1])
+    assert list(zip(ordered["model"], ordered["method"])) == [("logistic", "PM"), ("logistic", "PM"), ("logistic", "U-PM"),
+                                                              ("logistic", "PS-PM"), ("logistic", "PS-PM"), ("svm", "PM")]
     two = pd.concat([runs, runs.assign(dataset="bank")])
     with pytest.raises(ValueError, match="one data set"):
         F.fig2_differences(two)

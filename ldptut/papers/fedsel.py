@@ -42,6 +42,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare
            "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
            "plot_tuning", "dim_table", "plot_dim_sweep", "FIG2_TUNED_METHODS", "FIG2_PAIRS", "fig2_gains",
            "fig2_differences", "followup", "convergence_configs", "plot_convergence", "difference_cell",
+           "in_method_order",
            "plot_fig2_tuned"]
 
 PAPER = Paper(
@@ -803,6 +804,15 @@ def dim_table(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = (("PS-PM
             row[f"{a} − {b}"] = _with_interval(diff, lo, hi)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def in_method_order(table: pd.DataFrame) -> pd.DataFrame:
+    """``table``'s rows (with columns model and method) sorted by model, then method: Fig. 2's methods in the order of
+    :data:`FIG2_TUNED_METHODS` (flat PM and its two-stage variants, HM, Duchi, PM-RP), the others after them in the
+    order of :data:`METHODS`; a pivot with ``sort=False`` then lists them so. The sort is stable."""
+    order = {m: i for i, m in enumerate(dict.fromkeys([*FIG2_TUNED_METHODS, *METHODS]))}
+    return table.sort_values(["model", "method"], key=lambda col: col.map(order) if col.name == "method" else col,
+                             kind="stable")
 
 
 def convergence_configs(tuned: pd.DataFrame, *, repeats: int) -> list[tuple[str, FedSelRun]]:
