@@ -394,6 +394,20 @@ def test_sweep_table_does_not_count_a_run_not_yet_trained_as_diverged():
     assert t.loc["2", "FedAvg (%)"] == "diverged (3 of 3)"
 
 
+def test_sweep_gain_text_says_the_unit_once_and_reads_where_no_seed_is_finite():
+    lead = {None: 5.0, 8.0: 5.0, 2.0: 9.0}
+    t = P.sweep_table(_fake_runs(lambda m, e, s: 80.0 + s + (lead[e] if m == "pd_ldpfl" else 0.0)))
+    assert P.sweep_gain_text(t, 3) == ("Its change from the no-noise lead (accuracy points, paired by seed over 3 "
+                                       "seeds, 95 % t intervals; section 4): ε = 8: +0.0 [+0.0, +0.0]; "
+                                       "ε = 2: +4.0 [+4.0, +4.0].")
+    runs = _fake_runs(lambda m, e, s: math.nan if (e == 2.0 and m == "pd_ldpfl") else 80.0 + s)
+    text = P.sweep_gain_text(P.sweep_table(runs), 3)
+    assert text.endswith("ε = 2: no seed with both runs finite.") and "finite points" not in text
+    no_clear = _fake_runs(lambda m, e, s: 80.0)
+    no_clear = no_clear[no_clear["config"].map(lambda c: c.mechanism is not None)]
+    assert P.sweep_gain_text(P.sweep_table(no_clear), 3) == ""
+
+
 def _trained_toy_session(rounds: int = 3):
     """Two clients of 8x8 'images' (3 classes) after a few rounds of PD-LDPFL without noise."""
     g = torch.Generator().manual_seed(0)
