@@ -408,6 +408,26 @@ def test_sweep_gain_text_says_the_unit_once_and_reads_where_no_seed_is_finite():
     assert P.sweep_gain_text(P.sweep_table(no_clear), 3) == ""
 
 
+def test_sweep_words_give_the_setting_leads_costs_and_accuracies_of_one_sweep():
+    lead = {None: 5.0, 8.0: 4.0, 2.0: 9.0}
+    drop = {None: 0.0, 8.0: 1.0, 2.0: 30.0}
+
+    def acc(m, e, s):
+        v = 80.0 + s - drop[e] + (lead[e] if m == "pd_ldpfl" else 0.0)
+        return math.nan if (m == "privatefl" and e == 2.0) else v
+    w = P.sweep_words(_fake_runs(acc))
+    assert w["setting"] == "10 clients, 2 rounds on 600 training images, 3 seeds"
+    assert w["lead_none"] == "+5.0 [+5.0, +5.0]" and w["lead_8"] == "+4.0 [+4.0, +4.0]"
+    assert w["cost_8"] == "+1.0 to +2.0"     # FedAvg and PrivateFL lose 1, PD-LDPFL 2 (its lead falls from 5 to 4)
+    assert w["cost_2"] == "+26.0 to +30.0"   # FedAvg 30, PD-LDPFL 26; PrivateFL's diverged runs are left out
+    assert w["accuracy_2"].startswith("FedAvg 51.0 [48.5, 53.5], PrivateFL diverged (3 of 3), PD-LDPFL 60.0")
+    assert P.sweep_words(_fake_runs(acc).iloc[:0]) == {}
+    runs = _fake_runs(acc)
+    other = runs.assign(config=[c.replace(n_clients=5) for c in runs["config"]])
+    with pytest.raises(ValueError, match="runs: .*one setting"):
+        P.sweep_words(pd.concat([runs, other.assign(key=[c.key() for c in other["config"]])], ignore_index=True))
+
+
 def _trained_toy_session(rounds: int = 3):
     """Two clients of 8x8 'images' (3 classes) after a few rounds of PD-LDPFL without noise."""
     g = torch.Generator().manual_seed(0)

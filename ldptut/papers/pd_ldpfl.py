@@ -714,6 +714,36 @@ def sweep_gain_text(table: pd.DataFrame, n_seeds: int) -> str:
             f"{n_seeds} seed{'s' if n_seeds != 1 else ''}, 95 % t intervals; section 4): " + "; ".join(cells) + ".")
 
 
+def sweep_words(runs: pd.DataFrame) -> dict[str, str]:
+    """Phrases for the prose about one ε sweep (rows of :func:`ldptut.runcache.records_table`, one setting; empty
+    when there are none): "setting" (clients, rounds, training images, seeds), "lead_<ε>" (PD-LDPFL − FedAvg in
+    points, paired by seed, :func:`sweep_table`; "lead_none" without noise), "cost_<ε>" (what PM costs a run, in
+    points, smallest to largest over methods and seeds, :func:`noise_cost`) and "accuracy_<ε>" (each method's final
+    test accuracy, %, or its count of diverged runs)."""
+    if not len(runs):
+        return {}
+    cfgs = list(runs["config"])
+    if len({(c.dataset, c.n_clients, c.rounds, c.n_train, c.variant) for c in cfgs}) != 1:
+        raise ValueError("runs: sweep_words takes the runs of one setting (data set, clients, rounds, images, "
+                         "variant)")
+    c0, seeds = cfgs[0], sorted(set(runs["seed"]))
+    images = "all" if c0.n_train is None else f"{c0.n_train:,}"
+    words = {"setting": f"{c0.n_clients} clients, {c0.rounds} rounds on {images} training images, "
+                        f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"}
+    table = sweep_table(runs)
+    cols = [c for c in table if c.endswith(" (%)")]
+    for _, row in table.iterrows():
+        e = row["ε per weight per round"]
+        if "PD-LDPFL − FedAvg (points)" in table:
+            words[f"lead_{e}"] = row["PD-LDPFL − FedAvg (points)"]
+        words[f"accuracy_{e}"] = ", ".join(f"{c.removesuffix(' (%)')} {row[c]}" for c in cols)
+    cost = noise_cost(runs).dropna(subset=["PM costs (points)"])
+    for e, part in cost.groupby("ε"):
+        lo, hi = part["PM costs (points)"].min(), part["PM costs (points)"].max()
+        words[f"cost_{e:g}"] = f"{lo + 0.0:+.1f} to {hi + 0.0:+.1f}".replace("-0.0", "+0.0")
+    return words
+
+
 def plot_epsilon_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"),
                        title: str = ""):
     """Final test accuracy (%) against ε per weight per round, one line per method of ``methods`` ("none", no noise,
