@@ -676,10 +676,10 @@ def _with_interval(v: Any, lo: Any, hi: Any) -> str:
     return f"{v:+.2f} [{lo:+.1f}, {hi:+.1f}]"
 
 
-def difference_cell(a: pd.Series, b: pd.Series) -> str:
+def difference_cell(a: Optional[pd.Series], b: Optional[pd.Series]) -> str:
     """acc(a) - acc(b) in points for two :func:`runs_table` rows, as "difference [lo, hi]" with the 95 % interval
-    paired over their cross-validation runs (:func:`ldptut.papers.cv_interval`), or the difference alone where
-    the rows hold no per-run accuracies over the same folds."""
+    paired over their cross-validation runs (:func:`ldptut.papers.cv_interval`), the difference alone where
+    the rows hold no per-run accuracies over the same folds, "not run" where either row is None."""
     return _with_interval(*_difference(a, b))
 
 
@@ -800,8 +800,7 @@ def dim_table(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = (("PS-PM
             cells[method] = sel.iloc[0]
             row[method] = float(sel["accuracy"].iloc[0])
         for a, b in pairs:
-            diff, lo, hi = _difference(cells.get(a), cells.get(b))
-            row[f"{a} − {b}"] = _with_interval(diff, lo, hi)
+            row[f"{a} − {b}"] = difference_cell(cells.get(a), cells.get(b))
         rows.append(row)
     return pd.DataFrame(rows)
 

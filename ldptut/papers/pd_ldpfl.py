@@ -294,13 +294,13 @@ def dlg_after_pm(session: Any, glob: torch.Tensor, x: torch.Tensor, y: torch.Ten
                                           generator=generator(i, "dlg"), line_search_fn="strong_wolfe",
                                           output_transform="affine").inputs
 
-            clear = _scores("", attack(grad), x0, x0, None)["correlation with the true image"]
-            trivial = _scores("", mean_image, x0, x0, None)["correlation with the true image"]
+            clear = _correlation(attack(grad), x0)
+            trivial = _correlation(mean_image, x0)
             for s in noise_seeds:
                 noisy = _pm_gradient(grad, glob, session.layout, lr=lr, epsilon=epsilon,
                                      generator=generator(s, "dlg-after-pm", c, i))
                 rows.append({"client": c, "image": i, "noise seed": s,
-                             "after PM": _scores("", attack(noisy), x0, x0, None)["correlation with the true image"],
+                             "after PM": _correlation(attack(noisy), x0),
                              "in clear": clear, "trivial guess": trivial})
     return pd.DataFrame(rows)
 
@@ -347,11 +347,16 @@ def _scores(label: str, guess: torch.Tensor, x0: torch.Tensor, seen: torch.Tenso
     saw), and the pixel correlation with the true image (scale-free: an affine copy of the image scores 1)."""
     from .. import attacks
 
-    g = guess.detach().double().flatten()
-    corr = float(torch.corrcoef(torch.stack([g, x0.detach().double().flatten()]))[0, 1])
     return {"attack": label, "MSE to the true image": float(attacks.dlg_mse(guess, x0).mean()),
-            "MSE to T_in(x)": float(attacks.dlg_mse(guess, seen).mean()), "correlation with the true image": corr,
-            "label right": label_right}
+            "MSE to T_in(x)": float(attacks.dlg_mse(guess, seen).mean()),
+            "correlation with the true image": _correlation(guess, x0), "label right": label_right}
+
+
+def _correlation(guess: torch.Tensor, x0: torch.Tensor) -> float:
+    """Pearson correlation of ``guess``'s pixels with the true image ``x0``'s (in float64): scale-free, an affine
+    copy of the image scores 1."""
+    g = guess.detach().double().flatten()
+    return float(torch.corrcoef(torch.stack([g, x0.detach().double().flatten()]))[0, 1])
 
 
 # ------------------------------------------------------------------------------------ runs
