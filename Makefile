@@ -1,7 +1,7 @@
 # Two commands on a fresh machine (see README.md):
 #   make book   -> executes every chapter at its defaults and builds the HTML book into _build/html
 #   make test   -> unit tests + nbval over every chapter notebook in book/
-# Other targets: make reproduce CHAPTER=<name>, make bench, make data, make clean.
+# Other targets: make reproduce CHAPTER=<name>, make bench, make data, make check-html, make clean.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -11,14 +11,14 @@ BOOK_DATASETS ?= mnist fashion_mnist cifar10
 # Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
 CHAPTERS := $(filter-out book/runs/%,$(wildcard book/*.ipynb))
 
-.PHONY: book test data reproduce bench clean venv
+.PHONY: book test data reproduce bench clean venv check-html
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[book,test,sweep]'
+	$(BIN)/python -m pip install --quiet -e '.[book,test,sweep,check]'
 	touch $(STAMP)
 
 data: $(STAMP)
@@ -54,6 +54,14 @@ reproduce:
 		     echo "make reproduce: the execution failed; $(PAGE) is unchanged (partial output: book/runs/.$(RUN_NAME)-paper.failed.ipynb)"; exit 1; }
 	"$(abspath $(BIN))/python" -m ldptut.notebooks mark-paper-run "$(PARTIAL)" "book/params/$(RUN_NAME)-paper.yaml"
 	mv -f "$(PARTIAL)" "$(PAGE)"
+
+# Real-browser check of the rendered book (tests/html/check_html.py, see README.md): builds the book from the
+# committed outputs into _build/check-html (no execution, no data needed), opens every page of _toc.yml in headless
+# Chromium at 1280x900 and fails on MathJax errors, outputs wider than the text column, broken or shrunk images and
+# bookkeeping words. Needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver).
+# CHECK_HTML_ARGS="--no-build --width 420" reports a phone-width check without failing.
+check-html: $(STAMP)
+	$(BIN)/python tests/html/check_html.py $(CHECK_HTML_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mechanisms.py
