@@ -9,7 +9,8 @@ and fails (exit 1) on any of:
 1. MathJax errors: ``mjx-merror`` elements or ``data-mjx-error`` attributes once ``MathJax.startup.promise`` has
    resolved, and math elements MathJax left untypeset;
 2. wide outputs: a cell output (``.cell_output`` pre, table, img or div.output) whose scrollWidth exceeds the width
-   of the text column (the content box of ``article.bd-article``) by more than ``WIDE_TOLERANCE_PX``;
+   of the text column (the content box of ``article.bd-article``) by more than ``WIDE_TOLERANCE_PX`` (a page's
+   line names the widest; "cell N" is the N-th code cell shown on the page, ``div.cell``, counted from 0);
 3. broken images: an img whose naturalWidth is 0 after loading (and whose ``decode()`` fails);
 4. shrunk figures: an output img drawn below ``SHRINK_RATIO`` of its natural width;
 5. bookkeeping words in the article's visible text (``innerText``, so collapsed and hidden parts do not count):
