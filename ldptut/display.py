@@ -36,20 +36,22 @@ Format = str | Callable[[Any], str]
 # One style block per table, scoped to its container class; fixed text, so the HTML is the same on every run.
 _CSS = """\
 .ldptut-table{overflow-x:auto;max-width:100%;margin:0 0 1em 0}
-.ldptut-table table{border-collapse:collapse;width:auto;margin:0;font-size:0.8rem;line-height:1.3;\
+.ldptut-table table{border-collapse:collapse;width:auto;margin:0;font-size:0.75rem;line-height:1.3;\
 font-variant-numeric:tabular-nums;border:none}
 .ldptut-table caption{caption-side:top;text-align:left;font-weight:600;padding:0 0 0.3em 0}
-.ldptut-table th,.ldptut-table td{padding:0.15em 0.45em;border:none;vertical-align:bottom}
+.ldptut-table th,.ldptut-table td{padding:0.15em 0.35em;border:none;vertical-align:bottom}
 .ldptut-table th{font-weight:600;white-space:normal;overflow-wrap:break-word;\
 border-bottom:1px solid var(--pst-color-border,#bbb)}
 .ldptut-table th>div{max-width:var(--ldptut-header-width,12ch)}
 .ldptut-table th.num>div{margin-left:auto}
 .ldptut-table td{vertical-align:top}
-.ldptut-table .num{text-align:right;white-space:nowrap}
-.ldptut-table .txt{text-align:left;white-space:normal;overflow-wrap:anywhere}
+.ldptut-table .num{text-align:right}
+.ldptut-table .txt{text-align:left}
+.ldptut-table td.num{white-space:nowrap}
+.ldptut-table td.txt{white-space:normal;overflow-wrap:break-word}
 .ldptut-table tbody tr:nth-child(even){background:var(--pst-color-surface,rgba(127,127,127,0.08))}"""
 
-_UNIT_RE = re.compile(r"\([^()]*\)|\[[^\[\]]*\]")   # "(%)", "(s per round)", "[ms]": kept on one line
+_UNIT_RE = re.compile(r"\([^()]{1,10}\)|\[[^\[\]]{1,10}\]")   # a short unit, "(%)", "(s / round)", "[ms]": one piece
 
 
 def _is_number(v: Any) -> bool:
@@ -146,8 +148,14 @@ class Table:
             return "num" if self.numeric[j] else "txt"
 
         def head(h: str) -> str:
-            # a line may also break after '_' or '/' (column names like final_accuracy, a/b)
-            return re.sub(r"([_/])", r"\1<wbr>", html.escape(_keep_units(h), quote=False))
+            # outside a short unit a line may also break after '_' or '/' (column names like final_accuracy)
+            out, pos = [], 0
+            for m in _UNIT_RE.finditer(h):
+                out.append(re.sub(r"([_/])", r"\1<wbr>", html.escape(h[pos:m.start()], quote=False)))
+                out.append(html.escape(m.group(0).replace(" ", "\u00a0"), quote=False))
+                pos = m.end()
+            out.append(re.sub(r"([_/])", r"\1<wbr>", html.escape(h[pos:], quote=False)))
+            return "".join(out)
 
         parts = [f'<div class="ldptut-table" style="--ldptut-header-width:{self.header_width}ch">',
                  f"<style>{_CSS}</style>", "<table>"]
@@ -168,14 +176,18 @@ class Table:
 
 def table(df: pd.DataFrame, *, caption: str | None = None,
           number_format: Format | Mapping[Any, Format] | None = None, index: bool = False,
-          na_rep: str = "–", header_width: int = HEADER_WIDTH) -> Table:
+          headers: Mapping[Any, str] | None = None, na_rep: str = "–", header_width: int = HEADER_WIDTH) -> Table:
     """A DataFrame shown as a compact table that fits the book's column; display it as a cell's last expression.
 
     ``number_format``: for every number, a format spec (``".2f"``), a template (``"{:.1f} %"``) or a callable;
     or a mapping column -> one of those (other columns keep the default). Default: integers as they are, other
     numbers with 4 significant digits (``".4g"``). A rounded ``-0.00`` is shown as ``0.00``. Missing values show
-    ``na_rep``. ``index=True`` shows the index levels as the first columns. Keep headers short and units in them
-    (``"accuracy (%)"``): they wrap at about ``header_width`` characters, a parenthesised unit staying whole."""
+    ``na_rep``. ``index=True`` shows the index levels as the first columns.
+
+    Headers wrap between words at about ``header_width`` characters; a short unit in parentheses or brackets
+    (``"accuracy (%)"``, up to 10 characters inside) stays whole. Words are never broken, so a table whose
+    longest words do not fit side by side scrolls inside its own box (and ``make check-html`` reports it):
+    ``headers`` maps columns to shorter shown names (``number_format`` still names the DataFrame's columns)."""
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"table() takes a pandas DataFrame, not {type(df).__name__}")
     if header_width < 1:
@@ -193,6 +205,10 @@ def table(df: pd.DataFrame, *, caption: str | None = None,
         formats = [number_format.get(c) for c in columns]
     else:
         formats = [number_format] * len(columns)
+    headers = dict(headers or {})
+    unknown = [k for k in headers if k not in columns]
+    if unknown:
+        raise ValueError(f"headers names columns the table does not have: {unknown}; columns: {columns}")
 
     cells, numeric = [], []
     for j in range(len(columns)):
@@ -211,7 +227,7 @@ def table(df: pd.DataFrame, *, caption: str | None = None,
         numeric.append(bool(present) and all(_is_number(v) for v in present))
         cells.append(col)
     rows = tuple(tuple(cells[j][i] for j in range(len(columns))) for i in range(len(frame)))
-    return Table(headers=tuple(_header(c) for c in columns), rows=rows, numeric=tuple(numeric),
+    return Table(headers=tuple(str(headers[c]) if c in headers else _header(c) for c in columns), rows=rows, numeric=tuple(numeric),
                  caption=caption, header_width=header_width)
 
 

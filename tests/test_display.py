@@ -63,14 +63,18 @@ def test_headers_wrap_units_stay_whole_numbers_right_aligned():
     css = re.search(r"<style>(.*?)</style>", h, re.S).group(1)
     assert re.search(r"\.ldptut-table th\{[^}]*white-space:normal", css)        # headers wrap
     assert "th>div{max-width:var(--ldptut-header-width" in css                  # ... at about 12 characters
-    assert re.search(r"\.ldptut-table \.num\{text-align:right;white-space:nowrap", css)
+    assert ".ldptut-table .num{text-align:right}" in css                         # headers and cells
+    assert ".ldptut-table td.num{white-space:nowrap}" in css                    # a number never wraps ...
+    assert not re.search(r"[\s,](th|\.num|\.txt)\{[^}]*nowrap", css)            # ... but a header does
     assert "font-variant-numeric:tabular-nums" in css
-    assert re.search(r"font-size:0\.8rem", css)
+    assert re.search(r"font-size:0\.75rem", css)
     assert re.search(r"\.ldptut-table\{overflow-x:auto", css)                   # scrolls in its own box only
     assert 'style="--ldptut-header-width:12ch"' in h
     assert "final test accuracy (%)" in h                                       # units kept in the header
     assert "time per round (s)" in h
-    assert "variance (closed\u00a0form)" in h                                  # a unit wraps as one piece
+    assert "time per round (s)" in h and "(closed form)" in h                  # units kept in the header
+    h = table(wide_frame().rename(columns={"time per round (s)": "time (s / round)"})).to_html()
+    assert "time (s\u00a0/\u00a0round)" in h                                   # a short unit wraps as one piece
     assert "rounds_<wbr>to_<wbr>target" in h                                    # snake_case can wrap too
     assert '<th class="num"><div>seeds</div></th>' in h
     assert '<th class="txt"><div>mechanism</div></th>' in h
@@ -94,6 +98,14 @@ def test_number_formats():
         table(df, number_format={"accuracy": ".2f"})                 # a misspelt column is named
     with pytest.raises(TypeError, match="DataFrame"):
         table([[1, 2]])
+
+
+def test_headers_rename_shown_columns():
+    df = pd.DataFrame({"final test accuracy (%)": [91.234], "n": [3]})
+    t = table(df, headers={"final test accuracy (%)": "acc. (%)"}, number_format={"final test accuracy (%)": ".1f"})
+    assert t.headers == ("acc. (%)", "n") and t.rows == (("91.2", "3"),)
+    with pytest.raises(ValueError, match=r"\['acc'\]"):
+        table(df, headers={"acc": "a"})
 
 
 def test_index_levels_become_columns():
@@ -127,7 +139,9 @@ def test_text_is_compact_stable_and_rounded():
 def test_text_headers_wrap_and_keep_units_whole():
     t = table(pd.DataFrame({"clients per round (count of devices)": [1]}), header_width=12)
     lines = t.to_text().splitlines()
-    assert [ln.strip() for ln in lines[:-2]] == ["clients per", "round", "(count of devices)"]  # unit not split
+    assert [ln.strip() for ln in lines[:-2]] == ["clients per", "round (count", "of devices)"]   # a long aside wraps
+    t = table(pd.DataFrame({"wall time per round (s / round)": [1]}), header_width=12)
+    assert [ln.strip() for ln in t.to_text().splitlines()[:-2]] == ["wall time", "per round", "(s / round)"]
 
 
 # ---------------------------------------------------------------------------------------------------- figures
