@@ -1,6 +1,7 @@
 """The book's structure: every paper has its module, chapter, parameter file, test file, _toc.yml entry and
 introduction bullet; every chapter checks its parameters before it runs anything."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -31,14 +32,19 @@ def test_every_paper_has_the_same_face_and_its_files(module):
 
 
 def test_the_introduction_lists_every_chapter_in_book_order():
-    """The intro's chapter list is checked against the paper modules (their one-line descriptions)."""
+    """The intro's chapter list is checked against the paper modules (their one-line descriptions); a bullet may make
+    its title a link to the chapter ([text](target) is read as its text)."""
     intro = " ".join((ROOT / "book" / "intro.md").read_text().split())  # bullets may wrap over lines
+    intro = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", intro)
     bullets = [" ".join(m.PAPER.intro.split()) for m in paper_modules()]
     positions = [intro.find(f"- {b}") for b in bullets]
     assert all(p >= 0 for p in positions), [b for b, p in zip(bullets, positions) if p < 0]
     assert positions == sorted(positions)
-    chapters = [f for f in _toc_files() if not f.startswith("book/runs/")]
+    # the chapters are the notebooks of _toc.yml outside book/runs/; the back matter (glossary, references) comes last
+    files = [f for f in _toc_files() if not f.startswith("book/runs/")]
+    chapters = [f for f in files if (ROOT / f"{f}.ipynb").is_file()]
     assert chapters == ["book/foundations"] + [m.PAPER.chapter for m in paper_modules()]
+    assert files == chapters + ["book/glossary", "book/references"]
 
 
 def _run_parameter_cells(path: Path, **overrides) -> dict:
