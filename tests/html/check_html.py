@@ -260,7 +260,13 @@ const cs = getComputedStyle(art);
 const column = art.clientWidth - parseFloat(cs.paddingLeft || 0) - parseFloat(cs.paddingRight || 0);
 const cells = Array.from(art.querySelectorAll('div.cell'));
 const cellOf = el => { const c = el.closest('div.cell'); return c ? cells.indexOf(c) : -1; };
-const shown = el => el.getClientRects().length > 0;
+const inClosed = el => {  // inside a closed <details> (Jupyter Book's hide-output) or a collapsed toggle
+  if (el.closest('.toggle-hidden')) return true;
+  for (let d = el.closest('details'); d; d = d.parentElement ? d.parentElement.closest('details') : null)
+    if (!d.open) return true;
+  return false;
+};
+const shown = el => el.getClientRects().length > 0 && !inClosed(el);
 const desc = el => el.tagName.toLowerCase() + (el.classList.length ? '.' + Array.from(el.classList).slice(0, 3).join('.') : '');
 const outs = Array.from(art.querySelectorAll(
   '.cell_output pre, .cell_output table, .cell_output img, .cell_output div.output')).filter(shown);

@@ -81,6 +81,12 @@ def write_site(root: Path) -> dict[str, str]:
                    '<tr><td>1</td><td>abe6754ade43</td></tr></table></div>')
             + '<div style="display:none">TODO: session notes in NOTES.md, issue 12</div>'
             + '<details><summary>Show code cell source</summary><pre>print("TODO nbval session")</pre></details>'
+            # a collapsed output (sphinx-togglebutton's hide-output: kept in the layout, 1.5em high) is not shown
+            + '<div class="cell"><div class="toggle-hidden" style="height:1.5em;overflow:hidden;opacity:0">'
+            + '<div class="cell_output"><pre>' + "w" * 400 + '</pre></div></div></div>'
+            # and so is one in a closed <details>, as Jupyter Book renders a hide-output cell
+            + '<div class="cell"><details class="admonition hide below-input"><summary>Show code cell output</summary>'
+            + '<div class="cell_output"><pre>' + "w" * 400 + '</pre></div></details></div>'
             + '<p>A wide code <em>input</em> may scroll: </p>'
             + cell('<pre>ok</pre>', code="y = " + "1 + " * 100),
             MATHJAX_HEAD if MATHJAX else ""), ""),
@@ -158,7 +164,7 @@ def test_the_clean_page_passes(results):
     r = results["clean.html"]
     assert r.loaded and r.failures == [], r.line()
     assert r.column == pytest.approx(COLUMN, abs=1)
-    assert r.cells == 4 and r.images == 1 and r.outputs >= 4
+    assert r.cells == 6 and r.images == 1 and r.outputs >= 4   # the two collapsed outputs count as cells
     # the hex in the pre output and in the table were seen and set aside
     assert r.ignored == {"commit-like hex": 2}
     if MATHJAX:
