@@ -32,7 +32,7 @@ from ..mechanisms import Piecewise
 from ..notebooks import P
 from ..personal import TRANSFORMS, PersonalizedLocalSGD
 from ..training import OptimizerSpec
-from . import Paper, Reported, finite_accuracy, interval_cell, mean_std, paired_cell, t_interval
+from . import Paper, Reported, _num, finite_accuracy, interval_cell, mean_std, paired_cell, t_interval
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
@@ -745,7 +745,7 @@ def sweep_words(runs: pd.DataFrame) -> dict[str, str]:
     cost = noise_cost(runs).dropna(subset=["PM costs (points)"])
     for e, part in cost.groupby("ε"):
         lo, hi = part["PM costs (points)"].min(), part["PM costs (points)"].max()
-        words[f"cost_{e:g}"] = f"{lo + 0.0:+.1f} to {hi + 0.0:+.1f}".replace("-0.0", "+0.0")
+        words[f"cost_{e:g}"] = f"{_num(lo, '+.1f')} to {_num(hi, '+.1f')}"   # no signed zero
     return words
 
 
