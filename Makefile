@@ -59,7 +59,8 @@ reproduce:
 # committed outputs into _build/check-html (no execution, no data needed), opens every page of _toc.yml in headless
 # Chromium at 1280x900 and fails on MathJax errors, outputs wider than the text column, broken or shrunk images and
 # bookkeeping words. Needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver).
-# CHECK_HTML_ARGS="--no-build --width 420" reports a phone-width check without failing.
+# CHECK_HTML_ARGS="--no-build --width 420" reports a phone-width check without failing; --build-dir DIR lets two checks
+# run at once (each builds into its own folder).
 check-html: $(STAMP)
 	$(BIN)/python tests/html/check_html.py $(CHECK_HTML_ARGS)
 

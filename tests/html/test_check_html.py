@@ -158,6 +158,16 @@ def test_toc_pages_in_book_order(tmp_path):
     assert all((ch.ROOT / (p + ".ipynb")).exists() or (ch.ROOT / (p + ".md")).exists() for p in real)
 
 
+def test_build_refuses_a_folder_it_did_not_make(tmp_path):
+    """--build-dir deletes its folder before building: never a folder holding anything but an earlier check's build."""
+    keep = tmp_path / "mine"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("not a build")
+    with pytest.raises(RuntimeError, match="refusing to delete"):
+        ch.build_book(keep)
+    assert (keep / "notes.txt").read_text() == "not a build"
+
+
 # ----------------------------------------------------------------------------------------------- browser
 @needs_browser
 def test_the_clean_page_passes(results):
