@@ -823,3 +823,119 @@ def test_the_uniform_control_at_alpha_is_flat_pm_at_alpha_over_d_with_one_report
     assert torch.equal(u.final, pm.final)
     other = _run(selection="random", perturbation="pm", epsilon=2.0, lr=1.0).simulate(x, y, progress=False)
     assert not torch.allclose(u.weights, other.weights, rtol=1e-2)   # at the same α they differ
+
+
+# ============================================================================================ the chapter's tables and figures
+def _curve_rows(cells, *, model="logistic", dataset="adult"):
+    """runs_table-like test rows: (method, eps or None, misclassification %, std) at one α, on test."""
+    base = F.base_run(dataset, model, folds=3, repeats=1)
+    out = []
+    for method, eps, mis, sd in cells:
+        c = F.method_run(method, base=base, epsilon=eps)
+        out.append({"config": c, "dataset": dataset, "model": model, "method": c.method, "epsilon": c.epsilon,
+                    "accuracy": 100.0 - mis, "misclassification": mis, "accuracy_std": sd})
+    return pd.DataFrame(out)
+
+
+def test_wide_pivots_in_order_with_labels_and_epsilon_columns():
+    runs = _curve_rows([("PM", 2.0, 30.0, 1.0), ("PS-PM", 2.0, 24.0, 0.5), ("PM", 0.5, 40.0, 2.0), ("NP", None, 16.0, 0.1)])
+    w = F.wide(runs, index=["dataset", "model"], columns="method", values="accuracy", order=["NP", "PS-PM", "PM", "HM"])
+    assert list(w.columns) == ["data set", "model", "NP", "PS-PM", "PM"]           # order kept, absent methods left out
+    assert w.iloc[0]["data set"] == "ADULT" and w.iloc[0]["PS-PM"] == 76.0
+    e = F.wide(runs[runs["epsilon"].notna()], index=["model", "method"], columns="epsilon", values="misclassification")
+    assert list(e.columns) == ["model", "method", "ε = 0.5", "ε = 2"]             # ε ascending, named
+    assert list(e["method"]) == ["PM", "PS-PM"] and pd.isna(e.set_index("method").loc["PS-PM", "ε = 0.5"])
+    assert e.columns.name is None
+
+
+def test_alpha_text_marks_the_grids_edge():
+    tuned = pd.DataFrame({"lr": [0.01, 0.3, 10.0], "at grid edge": [True, False, True]})
+    assert F.alpha_text(tuned) == ["0.01*", "0.3", "10*"]
+
+
+def test_compare_view_keeps_our_rows_under_short_headers():
+    cmp = F.compare(pd.DataFrame())
+    assert F.compare_view(cmp).empty                                               # nothing run: no rows
+    cmp.loc[0, ["gain, ours [95 % CI]", "loss, ours [95 % CI]", "gain over U-PM, ours [95 % CI]"]] = [
+        "+1.00 [-0.5, +2.5]", "+0.10 [-0.1, +0.3]", "+0.20 [-1.0, +1.4]"]
+    cmp.loc[0, "gain: sign reproduced"] = "unclear"
+    v = F.compare_view(cmp)
+    assert list(v.columns) == list(F.COMPARE_VIEW.values()) and len(v) == 1
+    assert v.loc[0, "gain: paper"] == round(cmp.loc[0, "gain, paper"], 2) == 8.61   # syn-L logistic EXP: 8.6074
+    assert v.loc[0, "X"] == "EXP" and v.loc[0, "sign reproduced"] == "unclear"
+
+
+class _Memo:
+    """A stand-in for ldptut.experiments.Runner's memo: the chapter's tables read data through it."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def memo(self, key, make):
+        return self.data[key]
+
+
+def test_data_and_budget_tables_and_the_majority_rate_from_memoised_data():
+    x, y = D.sparse_synthetic(1000, 20, c1=0.01, c2=0.9, seed=0)
+    y = torch.where(torch.arange(1000) < 700, 1.0, -1.0)                           # 70 % positives
+    runner = _Memo({("fedsel-data", "syn_l", None): (x, y)})
+    assert F.data(runner, "syn_l")[0] is x
+    assert F.majority_rate(y) == pytest.approx(70.0) and F.majority_rate(-y) == pytest.approx(70.0)
+    t = F.data_table(["syn_l"], folds=5, runner=runner).iloc[0]
+    assert (t["records (users)"], t["d (ours)"], t["d (paper)"]) == (1000, 20, 100)
+    assert (t["positives (%)"], t["majority class (%)"], t["users per fold"], t["batch m = 0.01 N"], t["k = 0.1 d"]) == (
+        70.0, 70.0, 800, 8, 2)
+    b = F.budget_table(["syn_l"], epsilon=2.0, mu=0.1, runner=runner).set_index("method")
+    assert list(b.index) == ["EXP-PM", "PE-PM", "PS-PM", "PE-PM-C", "PE"] and set(b["d"]) == {20}
+    assert b.loc["PS-PM", "true"] == "2.0000" and b.loc["PE", "true"] == "unbounded"
+    assert float(b.loc["PE-PM", "true"]) > 2.0 and b.loc["PE-PM-C", "per report: claimed"] == pytest.approx(2.2)
+
+
+def test_selection_check_finds_every_sampler_on_its_law():
+    t = F.selection_check(20_000)
+    assert list(t["mechanism"]) == ["EXP", "PE", "PS"] and set(t["max |freq - exact| / s.e."]) == {"< 5"}
+    assert t["P[top-1 index] exact"].between(0.1, 0.5).all()
+
+
+def test_the_chapters_figures_fit_the_column_two_panels_per_row():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ldptut.display import COLUMN_IN
+
+    def check(fig, panels):
+        w, _ = fig.get_size_inches()
+        shown = [ax for ax in fig.axes if ax.get_visible()]
+        assert w == pytest.approx(COLUMN_IN) and len(shown) == panels
+        rows = {round(ax.get_position().y0, 3) for ax in shown}
+        assert all(sum(round(ax.get_position().y0, 3) == r for ax in shown) <= 2 for r in rows)
+        plt.close(fig)
+
+    cells = [(m, e, 30.0 - e, 1.0) for m in F.CURVE_METHODS if m not in F.IN_CLEAR for e in (0.5, 2.0)]
+    runs = _curve_rows(cells + [(m, None, 20.0, 0.5) for m in F.IN_CLEAR])
+    check(F.plot_fig2(runs, majority=76.0), 4)
+    two = pd.concat([runs, _curve_rows(cells, model="svm")])
+    check(F.plot_fig2(two, majority=76.0), 8)
+    check(F.plot_fig2_tuned(runs[runs["method"].isin(["PM", "PS-PM", "HM", "PS-HM"])], majority=76.0), 2)
+    f3b = runs[runs["method"].isin(["PM", "PS-PM"])].assign(label=lambda t: t["method"])
+    check(F.plot_fig3(runs[runs["method"].isin(["PM", "PS-PM"])], f3b, majority=76.0), 2)
+    times = pd.DataFrame({"EXP": [1e-6, 1e-5], "PS": [5e-7, 4e-6]}, index=pd.Index([10, 100], name="d"))
+    check(F.plot_selection_cost(times), 1)
+    val = _fake_runs([("PM", a, "validation", 80.0 + a) for a in (0.01, 0.1)]
+                     + [("PS-PM", a, "validation", 85.0 - a) for a in (0.01, 0.1)])
+    three = pd.concat([val] + [val.assign(dataset=ds, config=[c.replace(dataset=ds) for c in val["config"]])
+                               for ds in ("adult", "kdd99")], ignore_index=True)
+    check(F.plot_tuning(three, model="logistic", majority={"bank": 88.3}), 3)   # three panels: two rows
+
+
+def test_difference_is_the_paired_difference_of_two_rows():
+    runs = _fig2_runs([("logistic", "PM", 2.0, [0.70, 0.72, 0.74, 0.71, 0.73] * 2),
+                       ("logistic", "PS-PM", 2.0, [0.75, 0.76, 0.74, 0.77, 0.75] * 2)])
+    a, b = runs.iloc[1], runs.iloc[0]
+    diff, lo, hi = F.difference(a, b)
+    want = F.fig2_differences(runs, pairs=[("PS-PM", "PM")]).iloc[0]
+    assert (diff, lo, hi) == pytest.approx((want["difference"], want["lo"], want["hi"]))
+    assert F.difference_cell(a, b) == f"{diff:+.2f} [{lo:+.1f}, {hi:+.1f}]"
+    assert F.difference(a, None) == (None, None, None)

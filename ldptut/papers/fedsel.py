@@ -41,9 +41,10 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
            "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
            "plot_tuning", "dim_table", "plot_dim_sweep", "FIG2_TUNED_METHODS", "FIG2_PAIRS", "fig2_gains",
-           "fig2_differences", "followup", "convergence_configs", "plot_convergence", "difference_cell",
-           "in_method_order",
-           "plot_fig2_tuned"]
+           "fig2_differences", "followup", "convergence_configs", "plot_convergence", "difference_cell", "difference",
+           "in_method_order", "plot_fig2_tuned", "plot_fig2", "plot_fig3", "plot_selection_cost", "data",
+           "majority_rate", "selection_check", "budget_table", "data_table", "wide", "alpha_text", "COMPARE_VIEW",
+           "compare_view"]
 
 PAPER = Paper(
     key="fedsel",
@@ -668,6 +669,13 @@ def gains_losses(runs: pd.DataFrame, *, epsilon: float = 2.0, lr: Optional[float
     return pd.DataFrame(rows)
 
 
+def difference(a: Optional[pd.Series], b: Optional[pd.Series]) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    """acc(a) - acc(b) in points for two :func:`runs_table` rows and its 95 % interval (lo, hi) paired over their
+    cross-validation runs (:func:`ldptut.papers.cv_interval`); lo and hi are None where the rows hold no per-run
+    accuracies over the same folds, all three None where either row is None."""
+    return _difference(a, b)
+
+
 def _with_interval(v: Any, lo: Any, hi: Any) -> str:
     if v is None or pd.isna(v):
         return "not run"
@@ -746,21 +754,60 @@ def _runs_of(history: pd.DataFrame) -> Optional[list]:
     return [float(a) for a in v] if isinstance(v, (list, tuple)) else None
 
 
+def _eps_axis(ax, epsilons: Sequence[float], *, xlabel: str = "ε per user (one epoch)",
+              majority: Optional[float] = None) -> None:
+    """A log ε axis with a tick at each ε, misclassification on y, the constant classifier's rate (``majority``:
+    its accuracy, %) as a dashed line, a light grid and a small legend."""
+    import matplotlib.pyplot as plt
+
+    ax.set(xscale="log", xlabel=xlabel, ylabel="misclassification (%)")
+    ax.set_xticks(list(epsilons), [f"{e:g}" for e in epsilons])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    if majority is not None:
+        ax.axhline(100 - majority, color="tab:red", ls="--", lw=0.8, label="majority class")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5, handlelength=1.6, labelspacing=0.3)
+
+
+def _sweep(ax, runs: pd.DataFrame, methods: Sequence[str], *, x: str = "epsilon", y: str = "misclassification") -> None:
+    """One line per method of ``runs`` (:func:`runs_table` rows) against ``x``, error bars ± the std over the
+    cross-validation runs; a method in clear (no ε) as a dotted horizontal line. Points of different methods are
+    shifted slightly along the (log) x axis so that coinciding ones stay visible."""
+    clear_colors = {"NP": "black", "NP-RS": "tab:gray", "NP-K": "tab:brown"}
+    present = [m for m in methods if m in set(runs["method"])]
+    private = [m for m in present if not runs[runs["method"] == m][x].isna().all()]
+    for m in present:
+        t = runs[runs["method"] == m]
+        if m not in private:
+            ax.axhline(t[y].iloc[0], ls=":", color=clear_colors.get(m, "k"), label=f"{m} (in clear)")
+            continue
+        i = private.index(m)
+        shift = 1.04 ** (i - (len(private) - 1) / 2)
+        t = t.sort_values(x)
+        ax.errorbar(t[x] * shift, t[y], yerr=t["accuracy_std"], marker="os^vDx<>"[i % 8], ms=4,
+                    ls=["-", "--", ":", "-."][i % 4], lw=1.2, capsize=2, label=m)
+
+
 def plot_tuning(runs: pd.DataFrame, *, model: str, majority: Optional[Mapping[str, float]] = None) -> Any:
     """Validation accuracy (%) against the learning rate α (log axis), one panel per data set of ``runs`` (the
-    "tuning" runs, :func:`runs_table` rows) for ``model``, one line per method, each method's chosen α
-    (:func:`tuned_lrs`) circled; ``majority`` (data set -> %) draws the constant classifier's rate. Returns the
-    figure."""
-    import matplotlib.pyplot as plt
+    "tuning" runs, :func:`runs_table` rows) for ``model``, two panels per row, one line per method, each method's
+    chosen α (:func:`tuned_lrs`) circled; ``majority`` (data set -> %) draws the constant classifier's rate. The
+    figure is as wide as the book's column (:func:`ldptut.display.figure`). Returns the figure."""
+    from matplotlib.ticker import FuncFormatter
+
+    from ..display import figure
 
     val = runs[runs["config"].map(lambda c: c.holdout == "validation" and c.model == model)]
     datasets = list(dict.fromkeys(val["dataset"]))
     if not datasets:
         raise ValueError(f"no validation runs for model {model!r}")
     tuned = tuned_lrs(val)
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.4 * len(datasets), 3.6), squeeze=False, sharey=False)
+    ncols = 1 if len(datasets) == 1 else 2
+    nrows = math.ceil(len(datasets) / ncols)
+    fig, axes = figure(ncols, nrows, height=2.7 * nrows + 0.7, squeeze=False)
     styles = ["-", "--", ":", "-."]
-    for ax, ds in zip(axes[0], datasets):
+    flat = list(axes.flat)
+    for ax, ds in zip(flat, datasets):
         t = val[val["dataset"] == ds].assign(lr=lambda f: f["config"].map(lambda c: c.lr))
         for i, method in enumerate(m for m in TABLE3_METHODS if m in set(t["method"])):
             line = t[t["method"] == method].sort_values("lr")
@@ -771,14 +818,81 @@ def plot_tuning(runs: pd.DataFrame, *, model: str, majority: Optional[Mapping[st
                 ax.plot(pick["lr"], pick["validation accuracy"], "o", mfc="none", mec=h.get_color(), ms=10, mew=1.2)
         if majority and ds in majority:
             ax.axhline(majority[ds], color="tab:red", lw=0.8, ls="--", label="majority class")
-        ax.set(xscale="log", xlabel="learning rate α", title=f"{DATASETS[ds]['label']}, {model}")
+        ax.set(xscale="log", xlabel="learning rate α", ylabel="validation accuracy (%)",
+               title=f"{DATASETS[ds]['label']}, {model}")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("validation accuracy (%)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, -0.02))
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    for ax in flat[len(datasets):]:
+        ax.set_visible(False)
+    handles, labels = flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), fontsize=7, frameon=False)
     return fig
+
+
+def plot_fig2(runs: pd.DataFrame, *, majority: Optional[float] = None, models: Optional[Sequence[str]] = None) -> Any:
+    """Fig. 2 at one α (the paper's protocol): misclassification (%) on test against ε per user (log axis), mean ±
+    std over the cross-validation runs, for each model of ``runs`` (:func:`runs_table` rows of the "fig 2" runs, one
+    data set) four panels, two per row: the selections alone against the runs in clear (not private: the selected
+    value is sent as it is), PM flat against two-stage, HM and Duchi flat against PS, and the compressed PM-RP;
+    ``majority`` (accuracy %, the constant classifier) draws its rate. Returns the figure."""
+    from ..display import figure
+
+    models = list(models or dict.fromkeys(runs["model"]))
+    label = ", ".join(DATASETS[d]["label"] for d in sorted(set(runs["dataset"])))
+    epsilons = sorted(e for e in set(runs["epsilon"]) if not pd.isna(e))
+    panels = [("selection only, not private", IN_CLEAR + SELECTION_ONLY),
+              ("PM: flat vs two-stage", ["PM", "PS-PM", "EXP-PM", "PE-PM"]),
+              ("HM and Duchi: flat vs PS", ["HM", "PS-HM", "Duchi", "PS-Duchi"]),
+              ("compressed (q = 0.1 d)", ["PM", "PS-PM", "PM-RP"])]
+    fig, axes = figure(2, 2 * len(models), height=2.9 * 2 * len(models), squeeze=False)
+    for k, model in enumerate(models):
+        t = runs[runs["model"] == model]
+        for ax, (title, methods) in zip(axes[2 * k:2 * k + 2].flat, panels):
+            _sweep(ax, t, methods)
+            ax.set_title(f"{label}, {model}: {title}", fontsize=9)
+            _eps_axis(ax, epsilons, majority=majority)
+    return fig
+
+
+def plot_fig3(f3a: pd.DataFrame, f3b: pd.DataFrame, *, majority: Optional[float] = None, epochs: int = 2,
+              lr: float = 0.3) -> Any:
+    """Fig. 3, two panels: (a) accumulating g against αg ("-O") over ``epochs`` epochs at α = ``lr`` (``f3a``: the
+    "fig 3a" runs), (b) PS-PM at each budget split μ and flat PM (``f3b``: the "fig 3b" runs, one epoch; column
+    ``label``); misclassification (%) on test against ε per user, mean ± std over the cross-validation runs.
+    Returns the figure."""
+    from ..display import figure
+
+    fig, (a, b) = figure(2, height=3.6)
+    _sweep(a, f3a, list(dict.fromkeys(f3a["method"])))
+    a.set_title(f"(a) g vs αg (-O), {epochs} epochs, α = {lr:g}", fontsize=9)
+    _eps_axis(a, sorted(set(f3a["epsilon"])), xlabel=f"ε per user ({epochs} epochs)", majority=majority)
+    for i, (lab, t) in enumerate(f3b.groupby("label", sort=False)):
+        t = t.sort_values("epsilon")
+        b.errorbar(t["epsilon"], t["misclassification"], yerr=t["accuracy_std"], marker="os^vDx"[i % 6], ms=4,
+                   ls="--" if lab.startswith("PM") else "-", lw=1.2, capsize=2, label=lab)
+    b.set_title("(b) the budget split μ (ε1 = μ ε'), one epoch", fontsize=9)
+    _eps_axis(b, sorted(set(f3b["epsilon"])), majority=majority)
+    return fig
+
+
+def plot_selection_cost(times: pd.DataFrame) -> Any:
+    """Microseconds per user and selection against d (log-log), one line per selector (``times``: one row per d,
+    index d, columns the selectors' seconds per user, :func:`selection_seconds`), with lines ∝ d and ∝ d² through
+    EXP at the largest d. Returns the figure."""
+    from ..display import figure
+
+    fig, ax = figure(1, height=3.6)
+    for i, col in enumerate(times.columns):
+        ax.plot(times.index, 1e6 * times[col], marker="os^vD"[i % 5], ms=4, label=col)
+    dims = times.index.to_series().astype(float)
+    d_last, exp_last = dims.iloc[-1], 1e6 * times["EXP"].iloc[-1]
+    ax.plot(dims, exp_last * dims / d_last, "k--", lw=0.8, label="∝ d (through EXP at the largest d)")
+    ax.plot(dims, exp_last * (dims / d_last) ** 2, "k:", lw=0.8, label="∝ d² (the paper's count for EXP)")
+    ax.set(xscale="log", yscale="log", xlabel="d (dimensions)", ylabel="µs per user per selection")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return fig
+
 
 
 def dim_table(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = (("PS-PM", "PM"), ("PS-PM", "U-PM"),
@@ -824,23 +938,26 @@ def convergence_configs(tuned: pd.DataFrame, *, repeats: int) -> list[tuple[str,
 def plot_convergence(records: Iterable[Any], *, majority: Optional[float] = None, title: str = "") -> Any:
     """Misclassification rate (%) on test against the iteration, one line per record (a FedSel run evaluated every
     few iterations), labelled by method and, where the runs' α differ, α; ``majority`` (accuracy %, the constant
-    classifier) draws its rate. Returns the figure."""
-    import matplotlib.pyplot as plt
+    classifier) draws its rate. One panel as wide as the book's column. Returns the figure."""
+    from ..display import figure, integer_rounds
 
     records = list(records)
     lrs = {r.config.lr for r in records}
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for rec in records:
+    fig, ax = figure(1, height=3.4)
+    for i, rec in enumerate(records):
         h = rec.history
         label = rec.config.method + (f" (α = {rec.config.lr:g})" if len(lrs) > 1 else "")
-        ax.plot(h["round"], 100 * (1 - h["accuracy"]), marker=".", label=label)
+        ax.plot(h["round"], 100 * (1 - h["accuracy"]), marker=".", ls=["-", "--", ":", "-."][i % 4], label=label)
     if majority is not None:
         ax.axhline(100 - majority, color="tab:red", ls="--", lw=0.8, label="majority class")
-    ax.set(xlabel="iteration (batches of m users)", ylabel="misclassification rate (%)", title=title)
+    ax.set(xlabel="iteration (batches of m users)", ylabel="misclassification (%)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    integer_rounds(ax)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax.legend(fontsize=7, ncol=2)
     return fig
+
 
 
 def fig2_differences(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = tuple(FIG2_PAIRS)) -> pd.DataFrame:
@@ -900,59 +1017,166 @@ def followup(p: Mapping[str, Any], table: pd.DataFrame) -> list[tuple[str, FedSe
 
 def plot_fig2_tuned(runs: pd.DataFrame, *, majority: Optional[float] = None,
                     panels: Sequence[Sequence[str]] = (("PM", "U-PM", "EXP-PM", "PE-PM", "PS-PM", "PM-RP"),
-                                                       ("HM", "PS-HM", "Duchi", "PS-Duchi"))) -> Any:
+                                                       ("HM", "PS-HM", "Duchi", "PS-Duchi")),
+                    titles: Sequence[str] = ("PM family", "HM and Duchi")) -> Any:
     """Fig. 2 at each method's own α: misclassification rate (%) on test against ε per user (log axis), mean ± std
     over the cross-validation runs, one row per model and one panel per group of ``panels`` (methods absent from
-    ``runs`` are left out); ``majority`` (%, accuracy of the constant classifier) draws its rate. Points that
-    coincide are shifted slightly along ε. Returns the figure."""
-    import matplotlib.pyplot as plt
+    ``runs`` are left out; two panels per row at most, as wide as the book's column; ``titles`` name the groups);
+    ``majority`` (%, accuracy of the constant classifier) draws its rate. Points that coincide are shifted slightly
+    along ε. Returns the figure."""
+    from ..display import figure
 
     t = runs[runs["config"].map(lambda c: c.holdout == "test" and c.epsilon is not None)]
     models = list(dict.fromkeys(t["model"]))
-    groups = [[m for m in g if m in set(t["method"])] for g in panels]
-    groups = [g for g in groups if g]
-    fig, axes = plt.subplots(len(models), len(groups), figsize=(6.3 * len(groups), 3.8 * len(models)), squeeze=False)
+    named = [([m for m in g if m in set(t["method"])], name) for g, name in zip(panels, titles)]
+    groups = [g for g, _ in named if g]
+    names = [name for g, name in named if g]
+    if len(groups) > 2:
+        raise ValueError(f"at most two panels per row fit the book's column, got {len(groups)} groups")
+    fig, axes = figure(len(groups), len(models), height=3.3 * len(models), squeeze=False)
     epsilons = sorted(set(t["epsilon"]))
     label = ", ".join(DATASETS[d]["label"] for d in sorted(set(t["dataset"])))
     for row, model in zip(axes, models):
-        for ax, group in zip(row, groups):
-            for i, m in enumerate(group):
-                line = t[(t["model"] == model) & (t["method"] == m)].sort_values("epsilon")
-                shift = 1.04 ** (i - (len(group) - 1) / 2)
-                ax.errorbar(line["epsilon"] * shift, line["misclassification"], yerr=line["accuracy_std"],
-                            marker="os^vDx"[i % 6], ls=["-", "--", ":", "-."][i % 4], capsize=2, label=m)
-            if majority is not None:
-                ax.axhline(100 - majority, color="tab:red", ls="--", lw=0.8, label="majority class")
-            ax.set(xscale="log", xlabel="ε per user (one epoch)", ylabel="misclassification rate (%)",
-                   title=f"{label}, {model}: each method at its own α")
-            ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
-            ax.xaxis.set_minor_locator(plt.NullLocator())
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+        for ax, group, name in zip(row, groups, names):
+            _sweep(ax, t[t["model"] == model], group)
+            ax.set_title(f"{label}, {model}, own α: {name}", fontsize=9)
+            _eps_axis(ax, epsilons, majority=majority)
     return fig
 
 
-def plot_dim_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = tuple(DIM_METHODS)) -> Any:
+def plot_dim_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = tuple(DIM_METHODS), title: str = "") -> Any:
     """Test accuracy (%) against d (log axis) for each method of the sweep over d (:func:`dim_table`'s runs), mean
-    ± std over the cross-validation runs. Returns the figure."""
+    ± std over the cross-validation runs; one panel as wide as the book's column. Returns the figure."""
     import matplotlib.pyplot as plt
+
+    from ..display import figure
 
     t = runs[runs["config"].map(lambda c: c.dim is not None and c.holdout == "test")]
     t = t.assign(d=t["config"].map(lambda c: c.dim))
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = figure(1, height=3.4)
     present = [m for m in methods if m in set(t["method"])]
     for i, m in enumerate(present):
         line = t[t["method"] == m].sort_values("d")
         shift = 1.03 ** (i - (len(present) - 1) / 2)   # keep coinciding points visible
-        ax.errorbar(line["d"] * shift, line["accuracy"], yerr=line["accuracy_std"], marker="os^vD"[i % 5],
+        ax.errorbar(line["d"] * shift, line["accuracy"], yerr=line["accuracy_std"], marker="os^vD"[i % 5], ms=4,
                     ls=["-", "--", ":", "-."][i % 4], capsize=2, label=m)
     ds = sorted(set(t["d"]))
     ax.set_xscale("log")
     ax.set_xticks(ds, [str(d) for d in ds])
     ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set(xlabel="d (dimensions of the synthetic data)", ylabel="test accuracy (%)")
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax.legend(fontsize=7)
     return fig
+
+
+# ------------------------------------------------------------------------------------ the chapter's tables
+def data(runner: Any, name: str, *, dim: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`prepare` once per (data set, d) and ``runner`` (:class:`ldptut.experiments.Runner`): the same memo
+    its training uses (:meth:`FedSelRun.train_group`), so a chapter's tables and runs prepare each data set once."""
+    return runner.memo(("fedsel-data", name, dim), lambda: prepare(name, dim=dim))
+
+
+def majority_rate(y: torch.Tensor) -> float:
+    """The constant classifier's accuracy (%) on labels ``y`` in {-1, +1}: the share of the larger class."""
+    pos = (y > 0).double().mean().item()
+    return 100 * max(pos, 1.0 - pos)
+
+
+def selection_check(samples: int, *, epsilon: float = 1.0, k: int = 2, seed: int = 0) -> pd.DataFrame:
+    """Each selection sampler (EXP, PE, PS at ``epsilon``, top-``k``) against its exact output law on one fixed
+    vector of d = 10 coordinates, ``samples`` draws: the exact probability of the top-1 index and the largest
+    |frequency - exact| in standard errors over the d + 1 outcomes (PE's ``EMPTY`` counted as outcome d), "< 5"
+    when below 5 (the sampler follows its law), the value with "(FAIL)" otherwise."""
+    from ..selection import EMPTY
+
+    samples = pos_int(samples, "samples")
+    v = torch.tensor([[0.3, -2.0, 0.1, 1.5, -0.2, 0.05, 0.7, -0.9, 0.0, 0.4]]).repeat(samples, 1)
+    d = v.shape[1]
+    rows = []
+    for name, sel in [("EXP", ExponentialSelection(epsilon=epsilon)), ("PE", PerturbedEncoding(epsilon=epsilon, k=k)),
+                      ("PS", PerturbedSampling(epsilon=epsilon, k=k))]:
+        j = sel.select(v, generator(seed, "selection-check", name))
+        exact = sel.output_distribution(v[:1])[0]
+        outcomes = torch.where(j == EMPTY, d, j)
+        freq = torch.bincount(outcomes, minlength=exact.numel()).double() / samples
+        se = (exact * (1 - exact) / samples).sqrt().clamp(min=1e-12)
+        z = ((freq - exact).abs() / se).max().item()
+        rows.append({"mechanism": name, "P[top-1 index] exact": round(exact[1].item(), 4),
+                     "max |freq - exact| / s.e.": "< 5" if z < 5 else f"{z:.1f} (FAIL)"})
+    return pd.DataFrame(rows)
+
+
+def budget_table(datasets: Sequence[str], *, epsilon: float, mu: float, runner: Any = None,
+                 methods: Sequence[str] = ("EXP-PM", "PE-PM", "PS-PM", "PE-PM-C", "PE")) -> pd.DataFrame:
+    """One report's budget on each data set (its d from :func:`prepare`, memoised by ``runner`` when given) for
+    ``methods`` at ``epsilon`` per user, one epoch, μ = ``mu`` (:func:`two_stage_epsilon`): ε1, ε2, the claimed and
+    the true loss per report ("unbounded" for a run that sends its value in clear)."""
+    rows = []
+    for ds in datasets:
+        d = (data(runner, ds) if runner is not None else prepare(ds))[0].shape[1]
+        for meth in methods:
+            b = two_stage_epsilon(method_run(meth, base=base_run(ds, "logistic", mu=mu), epsilon=epsilon), d)
+            rows.append({"data set": DATASETS[ds]["label"], "d": d, "method": meth,
+                         "ε1": round(b["ε1"], 3), "ε2": round(b["ε2"], 3),
+                         "per report: claimed": round(b["per report, claimed"], 4),
+                         "true": f"{b['per report, true']:.4f}" if b["private"] else "unbounded"})
+    return pd.DataFrame(rows)
+
+
+def data_table(names: Sequence[str], *, folds: int, runner: Any = None) -> pd.DataFrame:
+    """The data sets as the chapter uses them (:func:`prepare`, memoised by ``runner`` when given): records (one
+    per user), our d and the paper's, the positive share and the majority class (%), the training users of a fold
+    at ``folds``-fold cross-validation, the batch m = 0.01 N and k = 0.1 d."""
+    rows = []
+    for ds in names:
+        x, y = data(runner, ds) if runner is not None else prepare(ds)
+        n_train = (x.shape[0] // folds) * (folds - 1)
+        rows.append({"data set": DATASETS[ds]["label"], "records (users)": x.shape[0], "d (ours)": x.shape[1],
+                     "d (paper)": DATASETS[ds]["paper_d"], "positives (%)": round(100 * (y > 0).double().mean().item(), 1),
+                     "majority class (%)": round(majority_rate(y), 1), "users per fold": n_train,
+                     "batch m = 0.01 N": n_train // 100, "k = 0.1 d": round(0.1 * x.shape[1])})
+    return pd.DataFrame(rows)
+
+
+def wide(frame: pd.DataFrame, *, index: Sequence[str], columns: str, values: str,
+         order: Optional[Sequence[Any]] = None) -> pd.DataFrame:
+    """``frame`` pivoted for a table: one row per ``index`` (in order of appearance), one column per value of
+    ``columns`` (``order`` picks and orders them; ε columns are named "ε = 0.5"), the first ``values`` of each cell;
+    a "dataset" index becomes "data set" with the paper's labels (:data:`DATASETS`)."""
+    w = frame.pivot_table(index=list(index), columns=columns, values=values, aggfunc="first", sort=False)
+    if order is not None:
+        w = w[[c for c in order if c in w.columns]]
+    elif columns == "epsilon":
+        w = w.sort_index(axis=1)
+    if columns == "epsilon":
+        w.columns = [f"ε = {e:g}" for e in w.columns]
+    out = w.reset_index()
+    out.columns.name = None
+    if "dataset" in out.columns:
+        out["dataset"] = out["dataset"].map(lambda d: DATASETS[d]["label"] if d in DATASETS else d)
+        out = out.rename(columns={"dataset": "data set"})
+    return out
+
+
+def alpha_text(tuned: pd.DataFrame) -> list[str]:
+    """Each chosen α of :func:`tuned_lrs` as text, with "*" where it lies at the grid's edge."""
+    return [f"{a:g}" + ("*" if edge else "") for a, edge in zip(tuned["lr"], tuned["at grid edge"])]
+
+
+#: :func:`compare`'s columns as a chapter shows them (shorter headers, the verdict and the runs left to the text).
+COMPARE_VIEW = {"data set": "data set", "model": "model", "selection": "X", "gain, paper": "gain: paper",
+                "gain, ours [95 % CI]": "gain: ours [95 % CI]", "gain: sign reproduced": "sign reproduced",
+                "loss, paper": "loss: paper", "loss, ours [95 % CI]": "loss: ours [95 % CI]",
+                "gain over U-PM, ours [95 % CI]": "X-PM-C − U-PM [95 % CI]"}
+
+
+def compare_view(cmp: pd.DataFrame) -> pd.DataFrame:
+    """:func:`compare`'s rows that we ran, with the columns of :data:`COMPARE_VIEW` under their short names; the
+    paper's numbers rounded to 2 decimals (points)."""
+    out = cmp[cmp["gain, ours [95 % CI]"] != "not run"][list(COMPARE_VIEW)].rename(columns=COMPARE_VIEW)
+    for c in ("gain: paper", "loss: paper"):
+        out[c] = out[c].astype(float).round(2)
+    return out.reset_index(drop=True)
