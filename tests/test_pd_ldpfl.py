@@ -473,3 +473,131 @@ def test_table2_text_puts_ours_beside_the_papers_cells():
     with pytest.raises(ValueError, match="two runs of one Table 2 cell"):
         P.table2_text(pd.concat([runs, runs.iloc[:1]]))
     assert P.table2_text(runs[runs["config"].map(lambda c: c.method != "fedavg")]) == {}
+
+
+def test_n_test_scores_on_a_fixed_part_of_the_test_set_and_keeps_stored_keys():
+    from ldptut.data import Dataset
+
+    g = torch.Generator().manual_seed(0)
+    ds = Dataset(name="mnist", x_train=torch.rand(50, 1, 4, 4, generator=g), y_train=torch.arange(50) % 10,
+                 x_test=torch.rand(30, 1, 4, 4, generator=g), y_test=torch.arange(30) % 10, num_classes=10,
+                 input_shape=(1, 4, 4), source="test", classes=tuple(str(i) for i in range(10)), description="toy")
+    run = P.table2_run("mnist", 5, rounds=1, n_train=20)
+    assert "n_test" not in run.to_dict(defaults=False)          # the stored runs' keys are unchanged
+    cut = run.replace(n_test=12)
+    assert cut.key() != run.key()
+    a, b = cut.data(ds), cut.data(ds)
+    assert a.x_test.shape[0] == 12 and torch.equal(a.x_test, b.x_test)   # the same 12 images every time
+    assert a.x_train.shape[0] == 20 and run.data(ds).x_test.shape[0] == 30
+    rows = {tuple(r.tolist()) for r in ds.x_test.flatten(1)}
+    assert all(tuple(r.tolist()) in rows for r in a.x_test.flatten(1))
+    with pytest.raises(ValueError, match="n_test = 40 exceeds"):
+        run.replace(n_test=40).data(ds)
+    with pytest.raises(ValueError, match="n_test must be a positive integer"):
+        run.replace(n_test=0)
+
+
+def _defaults(**kw):
+    p = dict(dataset="mnist", clients=[10], public_bound_clients=[10], rounds=3, n_train=6000, n_test=2000, seeds=[0],
+             variant="paper", table2_variants=["paper"], no_noise_clients=[10], sweep_clients=10,
+             sweep_epsilons=[4.0, 8.0], sweep_seeds=[0], sweep_rounds=3, sweep_n_train=6000, table1_clients=10,
+             table1_rounds=2, table1_n_train=6000, table1_transforms=["none", "affine", "sigmoid"],
+             init_a=[0.0, 1.0, 2.0], init_b=[0.0, 1.0], cifar_model="cnn_pool", cifar_alphas=[], cifar_epsilons=[8.0],
+             cifar_rounds=3, cifar_n_train=5000)
+    p.update(kw)
+    return p
+
+
+def test_grid_shares_runs_between_experiments_and_passes_n_test():
+    g = P.grid(_defaults())
+    by = {}
+    for e, c in g:
+        by.setdefault(e, []).append(c)
+    assert len(by["table 2"]) == 4 and len(by["table 2, no noise"]) == 3 and len(by["table 1"]) == 9
+    assert len(by["fig. 6"]) == 6 and "fig. 8" not in by                      # cifar_alphas = []: Fig. 8 skipped
+    assert all(c.n_test == 2000 for _, c in g)
+    # the ε sweep's ε = 8 and no-noise runs are Table 2's: the same keys, trained once
+    t2 = {c.key() for c in by["table 2"] + by["table 2, no noise"]}
+    assert sum(c.key() in t2 for c in by["ε sweep"]) == 6 and len(by["ε sweep"]) == 9
+    # Table 1's affine run is Fig. 6's start a = 1, b = 0 (recording the extended models' accuracy)
+    t1_affine = [c for c in by["table 1"] if (c.input_transform, c.output_transform) == ("affine", "affine")]
+    assert len(t1_affine) == 1 and t1_affine[0].eval_personal
+    assert t1_affine[0].key() in {c.key() for c in by["fig. 6"]}
+    assert sum(c.eval_personal for c in by["table 1"]) == 1
+    # without that start in Fig. 6's grid, Table 1's run stays plain
+    g2 = P.grid(_defaults(init_a=[2.0]))
+    assert not any(c.eval_personal for e, c in g2 if e == "table 1")
+    assert len({c.key() for _, c in g}) == 4 + 3 + 3 + 8 + 6
+
+
+def test_theorem1_check_and_the_claim_tables_on_small_inputs():
+    t, ok = P.theorem1_check([-0.01, 0.0, 0.02], scale=0.04, epsilon=8.0, n=20_000, generator=generator(0, "t1"))
+    assert ok and list(t.columns) == ["w", "Eq. 6 variance (x 1e-6)", "sampled law's variance (x 1e-6)", "kurtosis"]
+    assert (t["sampled law's variance (x 1e-6)"] > t["Eq. 6 variance (x 1e-6)"]).all()   # the grid law: 0.2 % above
+    model = _tiny_model()
+    layout = fl.ParamLayout.from_model(model)
+    w = layout.flatten(dict(model.named_parameters())).detach()
+    uploads = torch.stack([w, 0.5 * w, w.abs()])
+    clipped, n_any, total = P.clipped_table(uploads, layout)
+    assert list(clipped.index) == list(layout.names) + ["whole model"]
+    by_hand = sum(int((uploads[i, s] / uploads[i, s].max() < -1).sum()) for i in range(3) for s in layout.slices)
+    assert total == by_hand and 0 <= n_any <= 2          # |w| has no weight below -max
+    leak = P.scale_leak_table(uploads, layout, epsilon=8.0, public_bound=0.1)
+    assert len(leak) == 2 * (len(layout.names) + 1)
+    assert set(leak["scale"]) == {"client's max (Algorithm 2)", "public bound 0.1"}
+
+
+class _Rec:
+    def __init__(self, config, history, final_accuracy):
+        self.config, self.history, self.final_accuracy = config, history, final_accuracy
+
+
+def test_table1_init_and_fig8_frames_from_records():
+    t1 = P.table1_run(n_clients=4, rounds=2, n_train=600)
+    h = pd.DataFrame({"round": [1, 2], "accuracy": [0.3, 0.5], "loss_variance_after": [0.1, 0.2],
+                      "loss_variance": [0.3, 0.4], "personal_accuracy": [0.2, 0.6]})
+    gone = h.assign(accuracy=[0.3, math.nan])
+    recs = [_Rec(t1.replace(input_transform=a, output_transform=b), gone if b == "affine" else h, 0.5)
+            for a in ("none", "affine") for b in ("none", "affine")]
+    f = P.table1_frame(recs)
+    assert f.loc[0, "l_sum"] == pytest.approx(0.3) and f.loc[0, "l_sum (during training)"] == pytest.approx(0.7)
+    assert math.isnan(f.loc[1, "l_sum"]) and f.loc[0, "accuracy (%)"] == 50.0
+    grid = P.table1_grid(f, "l_sum", ["affine", "none"])
+    assert list(grid.index) == ["affine", "none"] and list(grid.columns) == ["affine", "none"]
+    assert math.isnan(grid.loc["none", "affine"]) and grid.loc["affine", "none"] == pytest.approx(0.3)
+    f6 = P.init_frame([_Rec(c, h, 0.5) for _, c in P.init_sweep([0.0, 1.0], [0.0], base=t1)])
+    assert f6[["a", "b", "global (%)", "extended (%)"]].values.tolist() == [[0.0, 0.0, 50.0, 60.0], [1.0, 0.0, 50.0, 60.0]]
+    f8 = P.fig8_frame([_Rec(c, h, 0.25) for _, c in P.fig8_runs(alphas=[0.5], epsilons=[8.0], model="cnn_pool",
+                                                                 rounds=2, n_train=100)])
+    assert list(f8["method"]) == ["fedavg", "privatefl", "pd_ldpfl"] and f8["l_sum"].tolist() == pytest.approx([0.3] * 3)
+    assert P.fig8_frame([]).empty and list(P.fig8_frame([]).columns)[:3] == ["alpha", "ε", "method"]
+
+
+def test_sweep_lead_text_states_the_lead_and_whether_it_grows():
+    lead = {None: 5.0, 8.0: 5.0, 2.0: 3.0}
+    runs = _fake_runs(lambda m, e, s: 80.0 + s + (lead[e] if m == "pd_ldpfl" else 0.0))
+    text = P.sweep_lead_text(runs)
+    assert text.startswith("PD-LDPFL's lead over FedAvg is +5.0 [+5.0, +5.0] without noise, +5.0 [+5.0, +5.0] at "
+                           "ε = 8, +3.0 [+3.0, +3.0] at ε = 2 per weight per round (accuracy points, 3 seeds)")
+    assert text.endswith("the claim predicts that it grows as ε falls, and it does not.")
+    lead[2.0] = 9.0
+    grows = P.sweep_lead_text(_fake_runs(lambda m, e, s: 80.0 + s + (lead[e] if m == "pd_ldpfl" else 0.0)))
+    assert grows.endswith(": larger than without noise at ε = 2.")
+    assert P.sweep_lead_text(runs.iloc[:0]) == ""
+
+
+def test_paper_scale_pairs_each_cell_with_its_twin_and_says_the_gap():
+    cfgs = [c for e, c in P.configs(datasets=["mnist"], clients=[5, 10], variants=["authors_code"],
+                                    no_noise_clients=[5, 10])]
+    acc = {"fedavg": 95.0, "privatefl": 96.0, "pd_ldpfl": 97.0}
+
+    def a(c):
+        return acc[c.method] + (0.5 if c.mechanism is None else 0.0) + (0.25 if c.method == "pd_ldpfl" and
+                                                                          c.mechanism is None and c.n_clients == 10 else 0)
+    stored = pd.DataFrame([{"config": c, "key": c.key(), "dataset": c.dataset, "n_clients": c.n_clients,
+                            "seed": c.seed, "accuracy": a(c)} for c in cfgs])
+    ps = P.paper_scale(stored)
+    assert ps.cells.loc[("mnist", "authors_code", 5), "fedavg"] == "95.0 / 95.5"
+    assert ps.words["control_gap"] == "0.2" and ps.words["control_cells"] == "2"   # 10 clients: +2.0 vs +2.25
+    assert ps.words["cost"] == "+0.5 to +0.8" and ps.words["mnist_lead"] == "+2.0, +2.0"
+    assert set(ps.compare["clients"]) == {5, 10} and (ps.compare["ours (%)"] != "not run").all()

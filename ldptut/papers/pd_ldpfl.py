@@ -37,9 +37,12 @@ from . import Paper, Reported, _num, finite_accuracy, interval_cell, mean_std, p
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
            "table1_run", "init_sweep", "fig8_runs", "configs", "VARIANTS", "variant_run", "without_noise",
-           "epsilon_sweep", "noise_cost", "sweep_table", "plot_epsilon_sweep", "train_without_noise", "later_round_dlg",
+           "epsilon_sweep", "noise_cost", "sweep_table", "sweep_lead_text", "sweep_gain_text", "sweep_words",
+           "plot_epsilon_sweep", "train_without_noise", "later_round_dlg",
            "LaterRoundDLG", "dlg_after_pm", "plot_dlg_after_pm", "table2_text", "dlg_after_pm_summary",
-           "PARAMETERS", "grid", "compare"]
+           "PARAMETERS", "grid", "compare", "theorem1_check", "scale_leak_table", "clipped_table", "smooth_mlp",
+           "dlg_at_start", "table1_frame", "table1_grid", "init_frame", "plot_init_sweep", "table2_frame", "plot_rounds",
+           "fig8_frame", "plot_fig8", "PaperScale", "paper_scale"]
 
 PAPER = Paper(
     key="pd_ldpfl",
@@ -325,17 +328,17 @@ def plot_dlg_after_pm(table: pd.DataFrame, *, ax: Any = None) -> Any:
     """:func:`dlg_after_pm`'s attacks as points: the trivial guess's correlation with the true image (x) against the
     reconstruction's after PM (y), one point per image and noise draw, and each image's attack in clear; above the
     diagonal the attack beats the guess."""
-    import matplotlib.pyplot as plt
-
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 4.5))
+        from ..display import figure
+
+        _, ax = figure(1, height=4.2)
     ax.plot([-0.2, 1], [-0.2, 1], color="grey", lw=1, ls="--", label="as good as the mean image")
     clear = table.drop_duplicates("image")
     ax.scatter(clear["trivial guess"], clear["in clear"], marker="s", s=22, color="tab:green", label="in clear")
     for s, g in table.groupby("noise seed"):
         ax.scatter(g["trivial guess"], g["after PM"], s=22, alpha=0.8, label=f"after PM, noise draw {s}")
     ax.set(xlabel="trivial guess (mean image): correlation with the true image",
-           ylabel="DLG reconstruction: correlation with the true image", xlim=(-0.2, 1.02), ylim=(-0.2, 1.02),
+           ylabel="reconstruction: correlation", xlim=(-0.2, 1.02), ylim=(-0.2, 1.02),
            title="Adaptive DLG per image, ε = 8 per weight per round")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
@@ -389,10 +392,17 @@ class PdLdpflRun(FedAvgRun):
     scaling: Optional[str] = "max"
     scope: str = "tensor"
     n_train: Optional[int] = None
+    #: score the global model (and the extended models) on n test images of a fixed shuffle (None: all); the chapter's
+    #: fast defaults use a part, the paper-scale runs all of them
+    n_test: Optional[int] = None
     #: record ``personal_accuracy`` (the clients' extended models on the test set) every round
     eval_personal: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("n_train", "n_test"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {v!r}")
         one_of(self.input_transform, "input_transform", TRANSFORMS)
         one_of(self.output_transform, "output_transform", TRANSFORMS)
         if self.scaling is not None:
@@ -425,17 +435,23 @@ class PdLdpflRun(FedAvgRun):
 
     def data(self, ds):
         ds = super().data(ds)
-        if self.n_train is None:
-            return ds
         import dataclasses
 
         from ..rng import generator
 
-        if self.n_train > ds.x_train.shape[0]:
-            raise ValueError(f"n_train = {self.n_train} exceeds the {ds.x_train.shape[0]} training examples")
-        keep = torch.randperm(ds.x_train.shape[0], generator=generator(0, "pd-ldpfl-train-shuffle"))[: self.n_train]
-        keep = keep.to(ds.x_train.device)
-        return dataclasses.replace(ds, x_train=ds.x_train[keep], y_train=ds.y_train[keep])
+        if self.n_train is not None:
+            if self.n_train > ds.x_train.shape[0]:
+                raise ValueError(f"n_train = {self.n_train} exceeds the {ds.x_train.shape[0]} training examples")
+            keep = torch.randperm(ds.x_train.shape[0], generator=generator(0, "pd-ldpfl-train-shuffle"))[: self.n_train]
+            keep = keep.to(ds.x_train.device)
+            ds = dataclasses.replace(ds, x_train=ds.x_train[keep], y_train=ds.y_train[keep])
+        if self.n_test is not None:
+            if self.n_test > ds.x_test.shape[0]:
+                raise ValueError(f"n_test = {self.n_test} exceeds the {ds.x_test.shape[0]} test examples")
+            keep = torch.randperm(ds.x_test.shape[0], generator=generator(0, "pd-ldpfl-test-shuffle"))[: self.n_test]
+            keep = keep.to(ds.x_test.device)
+            ds = dataclasses.replace(ds, x_test=ds.x_test[keep], y_test=ds.y_test[keep])
+        return ds
 
     def label(self) -> str:
         noise = "in clear" if self.mechanism is None else (
@@ -461,35 +477,36 @@ def without_noise(run: PdLdpflRun) -> PdLdpflRun:
 
 def table2_run(dataset: str, n_clients: int, *, rounds: Optional[int] = None, n_train: Optional[int] = None,
                seed: int = 0, scaling: Optional[str] = "max", public_bound: float = 0.1,
-               variant: str = "paper") -> PdLdpflRun:
+               variant: str = "paper", n_test: Optional[int] = None) -> PdLdpflRun:
     """PD-LDPFL at Table 2's settings (:data:`SETTINGS`), ``rounds`` / ``n_train`` overridable; ``scaling`` None
     uses the public bound [-public_bound, public_bound] instead of Algorithm 2's scale; ``variant``
     (:data:`VARIANTS`): the paper's whole-model t and weighted mean, or the authors' code's per-layer t and mean."""
     one_of(dataset, "dataset", SETTINGS["table2"]["datasets"])
     return variant_run(variant, base=_table2_like(dataset, n_clients, rounds=rounds, n_train=n_train, seed=seed,
-                                                  scaling=scaling, public_bound=public_bound))
+                                                  scaling=scaling, public_bound=public_bound, n_test=n_test))
 
 
 def _table2_like(dataset: str, n_clients: int, *, rounds: Optional[int], n_train: Optional[int], seed: int,
-                 scaling: Optional[str], public_bound: float = 0.1) -> PdLdpflRun:
+                 scaling: Optional[str], public_bound: float = 0.1, n_test: Optional[int] = None) -> PdLdpflRun:
     """Table 2's run on any data set (the other experiments start from it and change what they change)."""
     s = SETTINGS["table2"]
     return PdLdpflRun(paper="pd_ldpfl", dataset=dataset, model=s["model"], n_clients=n_clients,
                       rounds=rounds or s["rounds"], seed=seed, partition="dirichlet", dirichlet_alpha=s["dirichlet_alpha"],
                       local_epochs=s["local_epochs"], batch_size=s["batch_size"], optimizer=s["optimizer"], lr=s["lr"],
                       mechanism="piecewise", epsilon=s["epsilon"], scaling=scaling,
-                      range=FixedRange(0.0, 1.0) if scaling else FixedRange(0.0, public_bound), n_train=n_train)
+                      range=FixedRange(0.0, 1.0) if scaling else FixedRange(0.0, public_bound), n_train=n_train,
+                      n_test=n_test)
 
 
 def table1_run(*, n_clients: Optional[int] = None, rounds: Optional[int] = None, n_train: Optional[int] = None,
                seed: int = 0, input_transform: str = "affine", output_transform: str = "affine",
-               variant: str = "paper") -> PdLdpflRun:
+               variant: str = "paper", n_test: Optional[int] = None) -> PdLdpflRun:
     """Table 1's setting (Sec. 4.3.1, :data:`SETTINGS` "table1"): non-IID MNIST (Dirichlet 0.05), 10 clients, ε = 8
     per weight per round, lr 0.1, 50 rounds (``n_clients`` / ``rounds`` / ``n_train`` overridable), the rest as
     Table 2 (the authors' MLP, batch 64, one local epoch, Algorithm 2's scale)."""
     s1 = SETTINGS["table1"]
     return table2_run(s1["dataset"], n_clients or s1["clients"], rounds=rounds or s1["rounds"], n_train=n_train,
-                      seed=seed, variant=variant).replace(dirichlet_alpha=s1["dirichlet_alpha"], lr=s1["lr"],
+                      seed=seed, variant=variant, n_test=n_test).replace(dirichlet_alpha=s1["dirichlet_alpha"], lr=s1["lr"],
                                          input_transform=input_transform, output_transform=output_transform)
 
 
@@ -503,7 +520,8 @@ def init_sweep(a_values: Sequence[float], b_values: Sequence[float], *, base: Pd
 
 def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Sequence[str] = ("fedavg", "privatefl",
               "pd_ldpfl"), model: Optional[str] = None, n_clients: Optional[int] = None, rounds: Optional[int] = None,
-              n_train: Optional[int] = None, seed: int = 0, variant: str = "paper") -> list[tuple[str, PdLdpflRun]]:
+              n_train: Optional[int] = None, seed: int = 0, variant: str = "paper",
+              n_test: Optional[int] = None) -> list[tuple[str, PdLdpflRun]]:
     """Fig. 8 (Sec. 5.3): every method at every Dirichlet α and ε (per weight per round) on CIFAR-10, the rest
     from :data:`SETTINGS` "fig8" (ResNet18, 10 clients, lr 0.05, 50 rounds; ``model`` etc. overridable), batch 64
     and one local epoch as Table 2, the aggregator of ``variant``. The scale is Algorithm 2's t = max(θ) over the
@@ -511,7 +529,7 @@ def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Se
     code divides by zero on ResNet18, whose normalisation shifts start at 0."""
     s = SETTINGS["fig8"]
     start = _table2_like(s["dataset"], n_clients or s["clients"], rounds=rounds or s["rounds"], n_train=n_train,
-                         seed=seed, scaling="max").replace(model=model or s["model"], lr=s["lr"])
+                         seed=seed, scaling="max", n_test=n_test).replace(model=model or s["model"], lr=s["lr"])
     start = variant_run(variant, base=start).replace(scope="model")
     return [("fig. 8", method_run(m, base=start.replace(dirichlet_alpha=float(alpha), epsilon=float(eps))))
             for alpha in alphas for eps in epsilons for m in methods]
@@ -547,7 +565,8 @@ def epsilon_sweep(dataset: str, n_clients: int, *, epsilons: Sequence[float], se
 #: cell holds the defaults, ``book/params/pd_ldpfl*-paper.yaml`` the paper-scale values).
 PARAMETERS = {
     "dataset": P.choice("mnist", "fashion_mnist"), "clients": P.list_of(P.pos_int), "rounds": P.pos_int,
-    "public_bound_clients": P.list_of(P.pos_int), "n_train": P.optional(P.pos_int), "seeds": P.list_of(P.nonneg_int),
+    "public_bound_clients": P.list_of(P.pos_int), "n_train": P.optional(P.pos_int), "n_test": P.optional(P.pos_int),
+    "seeds": P.list_of(P.nonneg_int),
     "variant": P.choice(*VARIANTS), "table2_variants": P.list_of(P.choice(*VARIANTS), nonempty=True),
     "no_noise_clients": P.list_of(P.pos_int), "sweep_clients": P.optional(P.pos_int),
     "sweep_epsilons": P.list_of(P.pos_float), "sweep_seeds": P.list_of(P.nonneg_int), "sweep_rounds": P.pos_int,
@@ -567,24 +586,31 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
     PD-LDPFL with the public bound 0.1 at ``public_bound_clients``), "table 2, no noise" (with ``no_noise``: each
     Table 2 run without PM), "ε sweep" (every method at ``sweep_epsilons`` and without noise, ``sweep_seeds``, at
     ``sweep_clients``; None: none), "table 1" (``table1_transforms`` squared at Table 1's setting), "fig. 6"
-    (``init_a`` x ``init_b``) and "fig. 8" (``cifar_alphas`` x ``cifar_epsilons``); all but Table 2 in ``variant``.
+    (``init_a`` x ``init_b``) and "fig. 8" (``cifar_alphas`` x ``cifar_epsilons``); all but Table 2 in ``variant``;
+    every run scored on ``n_test`` test images (None: all).
+    Table 1's run with affine transforms on both sides is Fig. 6's start a = 1, b = 0 when Fig. 6 has it: one run,
+    trained once, recording the extended models' accuracy for Fig. 6 (the training is the same either way).
     The chapter and ``python -m ldptut.sweep pd_ldpfl`` both build their runs here."""
-    seeds = list(p["seeds"])
+    seeds, n_test = list(p["seeds"]), p["n_test"]
     out = configs(datasets=[p["dataset"]], clients=p["clients"], seeds=seeds, rounds=p["rounds"], n_train=p["n_train"],
-                  variants=p["table2_variants"], no_noise_clients=p["no_noise_clients"])
+                  variants=p["table2_variants"], no_noise_clients=p["no_noise_clients"], n_test=n_test)
     out += [("table 2", method_run("pd_ldpfl", base=table2_run(p["dataset"], n, seed=s, rounds=p["rounds"],
-                                                              n_train=p["n_train"], scaling=None, variant=p["variant"])))
+                                                              n_train=p["n_train"], scaling=None, variant=p["variant"],
+                                                              n_test=n_test)))
             for n in p["public_bound_clients"] for s in seeds]
     if p["sweep_clients"] is not None:
         out += epsilon_sweep(p["dataset"], p["sweep_clients"], epsilons=p["sweep_epsilons"], seeds=p["sweep_seeds"],
-                             variant=p["variant"], rounds=p["sweep_rounds"], n_train=p["sweep_n_train"])
+                             variant=p["variant"], rounds=p["sweep_rounds"], n_train=p["sweep_n_train"], n_test=n_test)
     t1 = table1_run(n_clients=p["table1_clients"], rounds=p["table1_rounds"], n_train=p["table1_n_train"],
-                    variant=p["variant"])
-    out += [("table 1", t1.replace(input_transform=a, output_transform=b))
+                    variant=p["variant"], n_test=n_test)
+    fig6 = init_sweep(p["init_a"], p["init_b"], base=t1)
+    shared = {(c.input_transform, c.output_transform, c.a_init, c.b_init): c for _, c in fig6}
+    out += [("table 1", shared.get((a, b, t1.a_init, t1.b_init), t1.replace(input_transform=a, output_transform=b)))
             for a in p["table1_transforms"] for b in p["table1_transforms"]]
-    out += init_sweep(p["init_a"], p["init_b"], base=t1)
+    out += fig6
     out += fig8_runs(alphas=p["cifar_alphas"], epsilons=p["cifar_epsilons"], model=p["cifar_model"],
-                     rounds=p["cifar_rounds"], n_train=p["cifar_n_train"], seed=seeds[0], variant=p["variant"])
+                     rounds=p["cifar_rounds"], n_train=p["cifar_n_train"], seed=seeds[0], variant=p["variant"],
+                     n_test=n_test)
     return out
 
 
@@ -719,6 +745,40 @@ def sweep_gain_text(table: pd.DataFrame, n_seeds: int) -> str:
             f"{n_seeds} seed{'s' if n_seeds != 1 else ''}, 95 % t intervals; section 4): " + "; ".join(cells) + ".")
 
 
+def sweep_lead_text(runs: pd.DataFrame) -> str:
+    """One sentence on the ε sweep's test of the paper's claim (rows of :func:`ldptut.runcache.records_table`, one
+    setting): PD-LDPFL's lead over FedAvg (accuracy points, paired by seed, :func:`sweep_table`) without noise and at
+    each ε per weight per round, and whether its mean over seeds is larger at some ε than without noise (the claim
+    predicts that it grows as ε falls). Empty without FedAvg and PD-LDPFL runs."""
+    table = sweep_table(runs)
+    col = "PD-LDPFL − FedAvg (points)"
+    if not len(table) or col not in table:
+        return ""
+    runs = runs.assign(method=runs["config"].map(lambda c: c.method),
+                       eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)))
+
+    def lead(eps: float) -> pd.Series:
+        sel = runs[runs["eps"] == eps]
+        by = {m: pd.Series(_finite_accuracy(g).to_numpy(dtype=float), index=g["seed"].to_numpy())
+              for m, g in sel.groupby("method")}
+        if "pd_ldpfl" not in by or "fedavg" not in by:
+            return pd.Series(dtype=float)
+        return (by["pd_ldpfl"] - by["fedavg"]).dropna()
+
+    cells = [f"{v} {'without noise' if e == 'none' else f'at ε = {e}'}"
+             for e, v in zip(table["ε per weight per round"], table[col])]
+    seeds = len(set(runs["seed"]))
+    out = (f"PD-LDPFL's lead over FedAvg is {', '.join(cells)} per weight per round (accuracy points, "
+           f"{seeds} seed{'s' if seeds != 1 else ''})")
+    clear = lead(math.inf)
+    if not len(clear):
+        return out + "."
+    grows = [e for e in sorted(set(runs["eps"]) - {math.inf}) if len(lead(e)) and lead(e).mean() > clear.mean()]
+    if grows:
+        return out + f": larger than without noise at ε = {', '.join(f'{e:g}' for e in grows)}."
+    return out + ": the claim predicts that it grows as ε falls, and it does not."
+
+
 def sweep_words(runs: pd.DataFrame) -> dict[str, str]:
     """Phrases for the prose about one ε sweep (rows of :func:`ldptut.runcache.records_table`, one setting; empty
     when there are none): "setting" (clients, rounds, training images, seeds), "lead_<ε>" (PD-LDPFL − FedAvg in
@@ -759,3 +819,282 @@ def plot_epsilon_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = ("fedavg"
                        eps=runs["config"].map(lambda c: math.inf if c.mechanism is None else float(c.epsilon)),
                        accuracy=_finite_accuracy(runs))
     return plot_accuracy_vs_epsilon(runs, series={m: _SHORT.get(m, m) for m in methods}, title=title)
+
+
+# ------------------------------------------------------------------------------------ the chapter's checks and tables
+def theorem1_check(w: Any, *, scale: float, epsilon: float, n: int,
+                   generator: torch.Generator) -> tuple[pd.DataFrame, bool]:
+    """Theorem 1 / Eq. 6 by sampling: ``n`` reports t * PM(w / t) of each weight of ``w`` (float64) at ``epsilon`` per
+    weight, t = ``scale``. Returns the table (per weight: Eq. 6's variance, the variance of the law the package
+    samples, both x 1e-6, and that law's kurtosis) and whether the draws' mean and variance lie within 5 standard
+    errors of w and of the sampled law's variance (the exact standard error of a sample variance, from the law's 4th
+    central moment: PM's reports are heavy-tailed at large ε)."""
+    w = torch.as_tensor(w, dtype=torch.float64)
+    draws = Piecewise(epsilon=epsilon).privatize((w / scale).expand(n, -1).contiguous(), generator=generator) * scale
+    eq6 = scaled_variance(w, epsilon=epsilon, scale=scale)           # the paper's Eq. 6 (the real-valued PM)
+    law = Piecewise(epsilon=epsilon, radius=scale)                   # the law the package samples (a grid law)
+    values, probs = law.output_distribution(w)
+    var = law.variance(w)
+    m4 = (probs * (values - w[:, None]) ** 4).sum(-1)
+    se = ((m4 - var ** 2) / n).sqrt()
+    ok = bool(((draws.var(0) - var).abs() < 5 * se).all()) and bool(((draws.mean(0) - w).abs()
+                                                                      < 5 * (var / n).sqrt()).all())
+    table = pd.DataFrame({"w": w.tolist(), "Eq. 6 variance (x 1e-6)": (1e6 * eq6).round(decimals=4).tolist(),
+                          "sampled law's variance (x 1e-6)": (1e6 * var).round(decimals=4).tolist(),
+                          "kurtosis": (m4 / var ** 2).round(decimals=0).tolist()})
+    return table, ok
+
+
+def scale_leak_table(uploads: torch.Tensor, layout: Any, *, epsilon: float, public_bound: float = 0.1,
+                     seed: int = 1) -> pd.DataFrame:
+    """Claim check 1: what the server reads off Algorithm 2's reports (:func:`ldptut.attacks.piecewise_scale_leak`),
+    per tensor of ``layout`` and for the whole model, with the client's own max as the scale and with a public bound:
+    the largest relative error of the server's t̂ against the scale used, and the smallest and largest against each
+    client's own largest weight (%). ``uploads``: (clients, d) weights before PM."""
+    from .. import attacks
+    from ..rng import generator
+
+    rows = []
+    d = uploads.shape[-1]
+    for name, s in list(zip(layout.names, layout.slices)) + [("whole model", slice(0, d))]:
+        for bound, label in ((None, "client's max (Algorithm 2)"), (public_bound, f"public bound {public_bound:g}")):
+            leak = attacks.piecewise_scale_leak(uploads[:, s], epsilon=epsilon, public_bound=bound,
+                                                generator=generator(seed, "leak", name, label))
+            rows.append({"layer": name, "weights": s.stop - s.start, "scale": label,
+                         "t̂ vs scale used, max (%)": round(100 * leak["rel_error"].max(), 3),
+                         "t̂ vs own max, min (%)": round(100 * leak["max_error"].min(), 3),
+                         "t̂ vs own max, max (%)": round(100 * leak["max_error"].max(), 3)})
+    return pd.DataFrame(rows)
+
+
+def clipped_table(uploads: torch.Tensor, layout: Any) -> tuple[pd.DataFrame, int, int]:
+    """Claim check 4 on the clients' uploads (clients, d): per tensor of ``layout`` and for the whole model (the
+    paper's t), the weights below -max(θ), which PM clips (:func:`outside_unit_share`): how many clients have any,
+    how many in all, the largest share (%). Also the number of clients with any such weight of a layer (t per layer,
+    the authors' code) and the total over the layers."""
+    n = uploads.shape[0]
+    share = pd.concat([outside_unit_share([uploads[i, s] for s in layout.slices]).assign(client=i) for i in range(n)])
+    share["layer"] = share["tensor"].map(dict(enumerate(layout.names)))
+    out = share.groupby("layer", sort=False).agg(
+        **{"weights": ("weights", "first"), "clients with any": ("outside [-1, 1]", lambda v: int((v > 0).sum())),
+           "clipped, all clients": ("outside [-1, 1]", "sum"), "largest share (%)": ("outside [-1, 1] (%)", "max")})
+    whole = outside_unit_share([uploads[i] for i in range(n)])
+    out.loc["whole model"] = [uploads.shape[-1], int((whole["outside [-1, 1]"] > 0).sum()),
+                              int(whole["outside [-1, 1]"].sum()), float(whole["outside [-1, 1] (%)"].max())]
+    n_any = int(share.groupby("client")["outside [-1, 1]"].sum().gt(0).sum())
+    return out, n_any, int(out["clipped, all clients"].iloc[:-1].sum())
+
+
+def smooth_mlp(input_shape: Sequence[int], num_classes: int, *, seed: int = 0) -> torch.nn.Module:
+    """The model DLG attacks: a sigmoid MLP 784-64-10 without bias (DLG needs a smooth network; its own experiments
+    use sigmoid activations)."""
+    from ..models import build_model
+
+    return build_model("mlp", input_shape=tuple(input_shape), num_classes=num_classes, hidden=(64,), bias=False,
+                       activation="sigmoid", seed=seed)
+
+
+def dlg_at_start(relu_model: torch.nn.Module, x0: torch.Tensor, y0: torch.Tensor, pool: torch.Tensor, *, lr: float,
+                 steps: int, num_classes: int, epsilon: float = 8.0) -> tuple[bool, pd.DataFrame]:
+    """Claim check 3 at the start of training: DLG (:func:`ldptut.attacks.dlg_attack`, LBFGS with a strong Wolfe
+    line search) against one image's gradient of the sigmoid MLP (:func:`smooth_mlp`, seed 0) for FedAvg; for
+    PD-LDPFL's base through identity transforms; for that base after Algorithm 2's PM at ``epsilon`` per weight (t
+    per layer; the upload after one SGD step of learning rate ``lr``); with a differently initialised model (seed 1);
+    and on ``relu_model`` (the chapter's ReLU base) in clear; then the trivial guess, the mean image of ``pool``.
+    Returns whether FedAvg's and PD-LDPFL's base gradients are equal at the identity start, and one row per attack
+    (MSE to the true image, "< 1e-6" below that; label right)."""
+    from .. import attacks
+    from ..fl import ParamLayout
+    from ..personal import Extended, PersonalTransform
+    from ..rng import generator
+
+    shape = tuple(x0.shape[1:])
+    smooth = smooth_mlp(shape, num_classes, seed=0)
+    ext = Extended(smooth, PersonalTransform(kind="affine", a_shape=(1,) * len(shape), b_shape=shape),
+                   PersonalTransform(kind="affine", a_shape=(1,), b_shape=(num_classes,)))
+    fedavg_grad = attacks.observed_gradient(smooth, x0, y0)
+    pd_grad = {k[len("base."):]: v for k, v in attacks.observed_gradient(ext, x0, y0).items() if k.startswith("base.")}
+    lay = ParamLayout.from_model(smooth)
+    flat_pd = lay.flatten(pd_grad)
+    w0 = lay.flatten({k: v.detach() for k, v in smooth.named_parameters()})
+    ctx = RoundContext(round=1, client_ids=torch.arange(1), layout=lay, global_vector=w0,
+                       generators=[generator(2, "dlg-pm")], send="weights", num_samples=torch.ones(1))
+    uploaded = LayerScaledPiecewise(epsilon=epsilon)((w0 - lr * flat_pd)[None], context=ctx)[0]
+    noisy = (w0 - uploaded) / lr
+    other = smooth_mlp(shape, num_classes, seed=1)
+    relu_grad = attacks.observed_gradient(relu_model, x0, y0)
+    rows = []
+    for label, mdl, tgt in (("FedAvg, in clear", smooth, fedavg_grad),
+                            ("PD-LDPFL base (identity transforms), in clear", smooth, flat_pd),
+                            (f"PD-LDPFL base after Algorithm 2's PM (t per layer), ε = {epsilon:g} per weight", smooth,
+                             noisy),
+                            ("in clear, attacked with a differently initialised model", other, fedavg_grad),
+                            ("the chapter's ReLU base (784-600-100-10), in clear", relu_model, relu_grad)):
+        res = attacks.dlg_attack(mdl, tgt, input_shape=shape, num_classes=num_classes, steps=steps,
+                                 generator=generator(3, "dlg"), line_search_fn="strong_wolfe")
+        err = attacks.dlg_mse(res.inputs, x0).item()
+        rows.append({"attack": label, "MSE to the true image": "< 1e-6" if err < 1e-6 else f"{err:.2g}",
+                     "label right": bool((res.labels == y0).all())})
+    rows.append({"attack": "trivial guess: the mean training image (no gradient)",
+                 "MSE to the true image": f"{attacks.mean_image_mse(x0, pool).item():.2g}", "label right": None})
+    same = all(torch.allclose(fedavg_grad[k], pd_grad[k]) for k in fedavg_grad)
+    return same, pd.DataFrame(rows)
+
+
+def table1_frame(records: Iterable[Any]) -> pd.DataFrame:
+    """Table 1's runs (run records) as rows: input and output transform, l_sum (Sec. 2.4: the sum over rounds of the
+    variance across clients of each client's loss on its own data after local training), the same with the loss read
+    during training (the mean over the round's mini-batches), and the final test accuracy (%); NaN l_sum for a run
+    that did not converge (the paper's "NAN")."""
+    rows = []
+    for rec in records:
+        h = rec.history
+        ok = bool(h["accuracy"].notna().all())
+        rows.append({"input": rec.config.input_transform, "output": rec.config.output_transform,
+                     "l_sum": float(h["loss_variance_after"].sum()) if ok else math.nan,
+                     "l_sum (during training)": float(h["loss_variance"].sum()) if ok else math.nan,
+                     "accuracy (%)": 100 * rec.final_accuracy})
+    return pd.DataFrame(rows)
+
+
+def table1_grid(frame: pd.DataFrame, value: str, transforms: Sequence[str]) -> pd.DataFrame:
+    """One quantity of :func:`table1_frame` as the paper's grid: input transforms (rows) x output transforms."""
+    return frame.pivot(index="input", columns="output", values=value).loc[list(transforms), list(transforms)]
+
+
+def init_frame(records: Iterable[Any]) -> pd.DataFrame:
+    """Fig. 6's runs as rows: the start a and b of both transforms, the final test accuracy (%) of the global base
+    and the mean over the last round's clients of their extended models' (``personal_accuracy``)."""
+    return pd.DataFrame([{"a": r.config.a_init, "b": r.config.b_init, "global (%)": 100 * r.final_accuracy,
+                          "extended (%)": 100 * float(r.history["personal_accuracy"].iloc[-1])} for r in records])
+
+
+def plot_init_sweep(frame: pd.DataFrame, *, title: str = ""):
+    """:func:`init_frame` as two heat maps (global base, extended models: test accuracy, %), start a (rows) against
+    start b, each cell labelled. Returns the figure."""
+    from ..display import figure
+
+    fig, axes = figure(2, sharey=True)
+    im = None
+    for ax, col in zip(axes, ("global (%)", "extended (%)")):
+        g = frame.pivot(index="a", columns="b", values=col)
+        im = ax.imshow(g.values, origin="lower", cmap="viridis", vmin=0, vmax=100, aspect="auto")
+        ax.set(xticks=range(len(g.columns)), xticklabels=[f"{v:g}" for v in g.columns],
+               yticks=range(len(g.index)), yticklabels=[f"{v:g}" for v in g.index], xlabel="b at the start",
+               title=f"{col[:-4]} model")
+        for (i, j), v in pd.DataFrame(g.values).stack().items():
+            ax.text(j, i, f"{v:.0f}", ha="center", va="center", color="w" if v < 60 else "k", fontsize=9)
+    axes[0].set_ylabel("a at the start")
+    fig.colorbar(im, ax=axes, label="test accuracy (%)")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def table2_frame(records: Iterable[Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Table 2's runs (run records, with PM and their twins without noise): all of them
+    (:func:`ldptut.runcache.records_table`) and those with PM, with ``method`` ("pd_ldpfl (public bound)" for the
+    public bound) and ``variant``."""
+    from ..runcache import records_table
+
+    every = records_table(records)
+    pm = every[every["config"].map(lambda c: c.mechanism is not None)].copy()
+    pm["method"] = pm["config"].map(lambda c: c.method + ("" if c.scaling else " (public bound)"))
+    pm["variant"] = pm["config"].map(lambda c: c.variant)
+    return every, pm
+
+
+def plot_rounds(records: Iterable[Any], *, n_clients: int, variant: str, title: str = ""):
+    """Test accuracy of the global model (%) per round of the runs with PM at ``n_clients`` clients in ``variant``
+    (one line per method; the public bound apart). Returns the figure."""
+    from ..display import figure, integer_rounds
+
+    fig, ax = figure(1, height=3.4)
+    for rec in records:
+        c = rec.config
+        if c.n_clients == n_clients and c.mechanism and c.variant == variant:
+            label = _SHORT.get(c.method, c.method) + ("" if c.scaling else " (public bound 0.1)")
+            ax.plot(rec.history["round"], 100 * rec.history["accuracy"], marker="o", label=label)
+    ax.set(xlabel="communication round", ylabel="global model test accuracy (%)", title=title)
+    integer_rounds(ax)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def fig8_frame(records: Iterable[Any]) -> pd.DataFrame:
+    """Fig. 8's runs as rows: Dirichlet α, ε (per weight per round), method, l_sum (NaN if the run diverged) and the
+    final test accuracy (%)."""
+    return pd.DataFrame([{"alpha": r.config.dirichlet_alpha, "ε": r.config.epsilon, "method": r.config.method,
+                          "l_sum": float(r.history["loss_variance_after"].sum())
+                          if r.history["accuracy"].notna().all() else math.nan,
+                          "accuracy (%)": 100 * r.final_accuracy} for r in records],
+                        columns=["alpha", "ε", "method", "l_sum", "accuracy (%)"])
+
+
+def plot_fig8(frame: pd.DataFrame, *, title: str = ""):
+    """:func:`fig8_frame` as bars: l_sum (top) and test accuracy (bottom) per method at each (α, ε). Returns the
+    figure."""
+    from ..display import figure
+
+    fig, axes = figure(1, 2, height=5.6)
+    methods = list(dict.fromkeys(frame["method"]))
+    cells = list(dict.fromkeys(zip(frame["alpha"], frame["ε"])))
+    width = 0.8 / max(len(methods), 1)
+    for ax, col, ylabel in zip(axes, ("l_sum", "accuracy (%)"), ("l_sum", "test accuracy (%)")):
+        for k, m in enumerate(methods):
+            vals = [frame[(frame["alpha"] == a) & (frame["ε"] == e) & (frame["method"] == m)][col].iloc[0]
+                    for a, e in cells]
+            ax.bar([i + k * width for i in range(len(cells))], vals, width, label=_SHORT.get(m, m))
+        ax.set(xticks=[i + 0.4 - width / 2 for i in range(len(cells))],
+               xticklabels=[f"α = {a:g}, ε = {e:g}" for a, e in cells], ylabel=ylabel)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+@dataclass
+class PaperScale:
+    """:func:`paper_scale`'s result: ``compare`` (:func:`compare`'s rows that ran), ``cells`` (Table 2 at paper
+    scale, "with PM / without noise" in %, per data set, variant and number of clients; empty without twins) and
+    ``words`` (phrases for the prose: :func:`table2_text`'s, "control" (PD-LDPFL's lead over FedAvg with PM and
+    without, per data set and number of clients) and "cost" (what PM moves a run, smallest to largest))."""
+
+    compare: pd.DataFrame
+    cells: pd.DataFrame
+    words: dict[str, str]
+
+
+def paper_scale(stored: pd.DataFrame) -> PaperScale:
+    """Table 2 at paper scale from the stored runs (:func:`ldptut.runcache.load_runs`): the paper-vs-ours rows, each
+    cell with PM at ε = 8 per weight per round beside its twin without noise (50 rounds, all training images, Table
+    2's partition and learning rate), and the phrases the chapter's prose glues (seed 0, the authors' code's reading,
+    Algorithm 2's scale)."""
+    table = compare(stored)
+    t2 = stored[stored["config"].map(lambda c: c.rounds == 50 and c.n_train is None and c.partition == "dirichlet"
+                                     and c.dirichlet_alpha == 1.0 and c.lr == 0.05)] if len(stored) else stored
+    cost = noise_cost(t2)
+    with_pm = t2[t2["config"].map(lambda c: c.mechanism is not None and c.scaling == "max"
+                                  and c.variant == "authors_code" and c.seed == 0)] if len(t2) else t2
+    words = table2_text(with_pm) if len(with_pm) else {}
+    cells = pd.DataFrame()
+    if len(cost):
+        cost = cost.assign(cell=[f"{a:.1f} / {b:.1f}" for a, b in zip(cost["with PM (%)"], cost["no noise (%)"])])
+        cells = cost.pivot_table(index=["dataset", "variant", "clients"], columns="method", values="cell",
+                                 aggfunc="first").reindex(columns=["fedavg", "privatefl", "pd_ldpfl"])
+        acc = cost.pivot_table(index=["dataset", "clients"], columns="method", values=["with PM (%)", "no noise (%)"])
+        lead_pm = acc[("with PM (%)", "pd_ldpfl")] - acc[("with PM (%)", "fedavg")]
+        lead_clear = acc[("no noise (%)", "pd_ldpfl")] - acc[("no noise (%)", "fedavg")]
+        names = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
+        words["control"] = "; ".join(f"{names.get(ds, ds)}, {n} clients: {_num(lead_pm[(ds, n)], '+.1f')} with PM, "
+                                     f"{_num(lead_clear[(ds, n)], '+.1f')} without" for ds, n in lead_pm.index
+                                     if pd.notna(lead_pm[(ds, n)]) and pd.notna(lead_clear[(ds, n)]))
+        words["cost"] = (f"{_num(cost['PM costs (points)'].min(), '+.1f')} to "
+                         f"{_num(cost['PM costs (points)'].max(), '+.1f')}")
+        gap = (lead_pm - lead_clear).abs().dropna()
+        if len(gap):
+            words["control_gap"] = f"{gap.max():.1f}"
+            words["control_cells"] = str(len(gap))
+    return PaperScale(compare=table[table["ours (%)"] != "not run"].reset_index(drop=True), cells=cells, words=words)
