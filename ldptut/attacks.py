@@ -621,27 +621,32 @@ class FloatAttack:
     example: Optional[Tuple[float, float]] = None  # (uniform u, report y)
 
 
+def _in_sorted(values: Tensor, sorted_set: Tensor) -> Tensor:
+    """``torch.isin(values, sorted_set)`` for a sorted, duplicate-free ``sorted_set`` (e.g. ``torch.unique``'s output),
+    by binary search: equality as ``==`` compares (so -0.0 is 0.0, as in ``torch.unique``)."""
+    if sorted_set.numel() == 0:
+        return torch.zeros(values.shape, dtype=torch.bool, device=values.device)
+    pos = torch.searchsorted(sorted_set, values).clamp_(max=sorted_set.numel() - 1)
+    return sorted_set[pos] == values
+
+
 def floating_point_attack(sampler: Any, x: float, x_prime: float, *, dtype: torch.dtype = torch.float32) -> FloatAttack:
     """Run ``sampler(w, u)`` on every uniform u = J 2^-24, J = 0 .. 2^24 - 1 (the grid of float32 ``torch.rand`` and
     of :func:`ldptut.fpsafe.uniforms`), for w = x and w = x' (tensors of ``dtype``), and compare the two exact output
     laws (counts of uniforms per distinct report). This is Mironov's attack (CCS 2012) made exhaustive."""
     n = 1 << 24
     u = torch.arange(n, dtype=torch.float64).mul_(2.0 ** -24)
-    laws, first = [], None
-    for value in (x, x_prime):
-        w = torch.full((n,), float(value), dtype=dtype)
-        y = sampler(w, u).detach()
-        if first is None:
-            first = y
-        laws.append(torch.unique(y, return_counts=True))
-    (a, ca), (b, cb) = laws
-    common_a, common_b = torch.isin(a, b), torch.isin(b, a)
+    y = sampler(torch.full((n,), float(x), dtype=dtype), u).detach()
+    a, inverse, ca = torch.unique(y, return_inverse=True, return_counts=True)
+    del y
+    b, cb = torch.unique(sampler(torch.full((n,), float(x_prime), dtype=dtype), u).detach(), return_counts=True)
+    common_a, common_b = _in_sorted(a, b), _in_sorted(b, a)
     example = None
-    out = ~torch.isin(first, b)  # the uniforms whose report under x is one x' never gives
+    out = ~common_a[inverse]  # the uniforms whose report under x is one x' never gives
     if bool(out.any()):
         upper = out[n // 2:].nonzero()  # an example from u >= 1/2 (a report above x), else the first
         j = int(upper[0, 0]) + n // 2 if upper.numel() else int(out.nonzero()[0, 0])
-        example = (float(u[j]), float(first[j]))
+        example = (float(u[j]), float(a[inverse[j]]))
     ruled_out = float(ca[~common_a].sum()) / n
     ratios = ca[common_a].double() / cb[common_b].double()  # both sorted by value: aligned on the common reports
     ratio_max = float(torch.maximum(ratios, 1.0 / ratios).max()) if ratios.numel() else math.inf

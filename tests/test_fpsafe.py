@@ -336,3 +336,16 @@ def test_gaussian_cost_against_the_ideal_mechanism():
         assert bool((v / ideal - 1 <= 1 / 4096 * 1.01).all() and (v / ideal - 1 >= 0).all())
         values, p = mech.output_distribution(x)
         assert torch.allclose((values * p).sum(-1), mech.clip(x), rtol=0, atol=1e-9 * r)
+
+
+def test_membership_by_binary_search_matches_isin():
+    """floating_point_attack's set test (``_in_sorted``, binary search in a sorted unique set) against torch.isin,
+    with repeats, values outside the set at both ends, signed zeros and an empty set."""
+    from ldptut.attacks import _in_sorted
+
+    g = torch.Generator().manual_seed(3)
+    values = torch.cat([torch.randint(-50, 50, (2000,), generator=g).float() / 4,
+                        torch.tensor([-0.0, 0.0, -1e30, 1e30, 12.5, -12.5])])
+    ref_set = torch.unique(torch.randint(-40, 40, (300,), generator=g).float() / 4)
+    for s in (ref_set, torch.tensor([0.0]), torch.tensor([-0.0]), torch.tensor([])):
+        assert torch.equal(_in_sorted(values, s), torch.isin(values, s))
