@@ -482,3 +482,50 @@ def test_sensitivity_panels_draw_one_curve_per_varied_setting_and_optimizer():
         (("adam", 0.001, 0.0), "batch_size", "local_epochs", 1),
         (("adam", 0.001, 0.0), "local_epochs", "batch_size", 10)]
     assert ldp_fl.sensitivity_panels(sens.iloc[-1:], base=base) == []
+
+
+def test_paper_view_and_compare_view_name_the_model_in_the_claim_and_fit_the_column():
+    # the two readings of "two-layer CNN" at the same claim: the shown claim tells them apart
+    runs = pd.DataFrame([_run(model="cnn_fedavg", seed=0, accuracy=97.0),
+                         _run(model="cnn_fedavg", mechanism=None, accuracy=99.0),
+                         _run(seed=0, accuracy=85.04), _run(seed=0, mechanism=None, accuracy=92.0),
+                         _run(seed=0, accuracy=96.123, batch_size=10, local_epochs=5),
+                         _run(seed=0, mechanism=None, accuracy=98.0, batch_size=10, local_epochs=5)])
+    view = ldp_fl.paper_view(runs, [], "mnist", "cnn2")
+    assert view["ours (%)"].tolist() == ["85.0 (1 seed)", "96.12 (1 seed)"]   # batch 32 first; 5 epochs: 2 decimals
+    t = ldp_fl.compare_view(pd.concat([view, ldp_fl.paper_view(runs, [], "mnist", "cnn_fedavg")]), caption="c")
+    claims = [r[0] for r in t.rows]
+    assert claims == ["mnist ε=1 n=100 fixed (0, 0.075) (cnn2, 10 rounds)"] * 2 + [
+        "mnist ε=1 n=100 fixed (0, 0.075) (cnn_fedavg, 10 rounds)"]
+    assert [r[1] for r in t.rows] == ["batch 32, 1 epoch, sgd lr 0.03", "batch 10, 5 epochs, sgd lr 0.03",
+                                      "batch 32, 1 epoch, sgd lr 0.03"]
+    assert t.headers[2:] == ("paper (%)", "ours (%)", "95 % CI of ours (%)", "non-private (%)", "privacy cost (points)")
+    assert t.rows[0][2] == "96.24"
+    assert ldp_fl.view_cell(view, "mnist ε=1 n=100 fixed (0, 0.075)", "ours non-private (%)", local="batch 10, 5") \
+        == "98.00 (1 seed)"
+    assert ldp_fl.view_cell(view, "Table 1 mnist ε=5 fixed", "ours (%)") == "not run"
+
+
+def test_chapter_figures_are_as_wide_as_the_column_with_at_most_two_panels_per_row():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from ldptut.display import COLUMN_IN
+
+    h = pd.DataFrame({"round": [1, 2], "accuracy": [0.5, 0.6]})
+    fig = ldp_fl.plot_curves({"non-private": h, "ε = 1": h}, reference="non-private")
+    assert fig.get_size_inches()[0] == pytest.approx(COLUMN_IN)
+    sens = pd.DataFrame({"optimizer": ["sgd"] * 4, "lr": [0.03] * 4, "momentum": [0.0] * 4,
+                         "batch_size": [10, 32, 32, 32], "local_epochs": [1, 1, 2, 5],
+                         "run": ["non-private"] * 4, "accuracy": [90.0, 88.0, 89.0, 91.0]})
+    base = ldp_fl.chapter_run(dataset="mnist", model="mlp", n_clients=10, rounds=2, lr=0.03)
+    panels = ldp_fl.sensitivity_panels(sens, base=base)
+    fig = ldp_fl.plot_sensitivity(sens, panels, base=base)
+    assert fig.get_size_inches()[0] == pytest.approx(COLUMN_IN)
+    assert max(len([a for a in fig.axes if a.get_visible() and a.get_subplotspec().rowspan.start == r])
+               for r in range(2)) <= 2
+    curve = pd.DataFrame({"T": [0.1, 1.0] * 2, "waiting_correction": [False, False, True, True],
+                          "sync_error": [0.0] * 4, "success_mean": [0.9, 0.5, 0.1, 0.1],
+                          "success_std": [0.01] * 4, "chance": [0.02] * 4})
+    assert ldp_fl.plot_linking(curve).get_size_inches()[0] == pytest.approx(COLUMN_IN)
+    plt.close("all")

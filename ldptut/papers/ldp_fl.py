@@ -29,7 +29,8 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CL
            "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
            "check_local", "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of",
            "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs",
-           "sensitivity_panels"]
+           "sensitivity_panels", "paper_view", "compare_view", "view_cell", "plot_curves", "plot_sensitivity",
+           "plot_search", "plot_grids", "plot_linking"]
 
 PAPER = Paper(
     key="ldp_fl",
@@ -642,3 +643,213 @@ def from_record_v1(config: dict, history: pd.DataFrame) -> list[tuple[FedAvgRun,
                     aggregator=config["aggregator"], mechanism=mechanism, epsilon=config["epsilon"],
                     range=parse_range(config["range"]))
     return [(run, history)]
+
+
+# ------------------------------------------------------------------------- the chapter's tables and figures
+_VIEW_HEADERS = {"ours non-private (%)": "non-private (%)", "privacy cost (points, paired)": "privacy cost (points)",
+                 "95 % CI": "95 % CI of ours (%)"}
+
+
+def _short_local(settings: str) -> str:
+    """compare()'s "cnn2, 10 rounds, sgd lr 0.03, batch 32, 1 local epoch(s)" -> "batch 32, 1 epoch, sgd lr 0.03"."""
+    parts = [p.strip() for p in settings.split(",")]
+    if len(parts) < 5:
+        return settings
+    epochs = parts[4].replace(" local epoch(s)", "")
+    return f"{parts[3]}, {epochs} epoch{'' if epochs == '1' else 's'}, {parts[2]}"
+
+
+def paper_view(runs: pd.DataFrame, records: Iterable[Any], dataset: str, model: str) -> pd.DataFrame:
+    """The paper's claims on ``dataset`` against our stored runs of ``model`` (:func:`compare` rows that were run):
+    at batch 32 with one local epoch (plain SGD), at batch 10 with 1, 2 and 5 local epochs (5: two decimals, as
+    the paper prints its numbers), and at the local computation chosen on a validation split (:func:`chosen_settings`)
+    where the data set was searched; rows in that order."""
+    parts = [compare(runs, dataset=dataset, model=model)]
+    parts += [compare(runs, dataset=dataset, model=model, batch_size=10, local_epochs=e, fmt=".2f" if e == 5 else ".1f")
+              for e in (1, 2, 5)]
+    chosen = chosen_settings(list(records)).get(dataset)
+    if chosen:
+        parts.append(compare(runs, dataset=dataset, model=model, **chosen))
+    t = pd.concat(parts, ignore_index=True)
+    return t[t["ours (%)"] != "not run"].reset_index(drop=True)
+
+
+def compare_view(df: pd.DataFrame, *, caption: Optional[str] = None):
+    """:func:`compare` (or :func:`paper_view`) rows as a table that fits the book's column
+    (:func:`ldptut.display.table`): the claim names its model (the two readings of "two-layer CNN" have a row each),
+    the local computation has a short column of its own (rounds and model in the claim), and rows not run are
+    left out."""
+    from ..display import table
+
+    rows = df[df["ours (%)"] != "not run"].copy()
+    model = rows["settings"].map(lambda s: s.split(",")[0].strip())
+    rounds = rows["settings"].map(lambda s: s.split(",")[1].strip() if s.count(",") >= 1 else "")
+    rows["claim"] = rows["claim"] + " (" + model + ", " + rounds + ")"
+    rows["local computation"] = rows["settings"].map(_short_local)
+    cols = ["claim", "local computation", "paper (%)", "ours (%)", "95 % CI", "ours non-private (%)",
+            "privacy cost (points, paired)"]
+    return table(rows[cols], caption=caption, number_format={"paper (%)": ".2f"}, headers=_VIEW_HEADERS)
+
+
+def view_cell(df: pd.DataFrame, claim: str, column: str, *, local: Optional[str] = None, model: Optional[str] = None) -> str:
+    """One cell of :func:`paper_view`'s rows: the row whose claim is ``claim``, at the local computation whose short
+    label (:func:`compare_view`'s column) starts with ``local`` and, with ``model``, of that model; ``column`` one
+    of compare()'s columns. "not run" where no such row exists (a page without those stored runs)."""
+    hit = df[df["claim"] == claim]
+    if local is not None:
+        hit = hit[hit["settings"].map(_short_local).str.startswith(local)]
+    if model is not None:
+        hit = hit[hit["settings"].str.startswith(model + ",")]
+    return str(hit.iloc[0][column]) if len(hit) else "not run"
+
+
+def plot_curves(curves: Mapping[str, pd.DataFrame], *, reference: str):
+    """Test accuracy (%) of the global model per round, one line per run (``curves``: label -> history with columns
+    round and accuracy); ``reference`` (the non-private run) dashed black; the legend below the panel."""
+    from ..display import figure, integer_rounds
+
+    fig, ax = figure(1, height=4.2)
+    for i, (label, h) in enumerate(curves.items()):
+        style = dict(color="k", ls="--") if label == reference else dict(color=f"C{i}", marker="o", ms=3)
+        ax.plot(h["round"], 100 * h["accuracy"], label=label, **style)
+    ax.set(xlabel="communication round", ylabel="test accuracy (%)")
+    integer_rounds(ax)
+    ax.grid(alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=2, fontsize="small")
+    return fig
+
+
+def plot_sensitivity(sens: pd.DataFrame, panels: Sequence[tuple], *, base: FedAvgRun, paper: Optional[Reported] = None,
+                     epsilon: float = 1.0):
+    """Final test accuracy (%) against the batch size or the local epochs (one panel per :func:`sensitivity_panels`
+    entry, at most two per row), non-private dashed black, private red, mean ± std over seeds; ``paper``: the
+    paper's number at this setting as a dotted line (its metric in the legend)."""
+    import matplotlib.pyplot as plt
+    from ..display import figure
+
+    ncols = min(2, len(panels))
+    fig, axes = figure(ncols, math.ceil(len(panels) / ncols), sharey=True, squeeze=False)
+    axes = list(axes.flat)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    own = (base.optimizer, float(base.lr), float(base.momentum))
+    for ax, (opt, col, fixed_col, fixed_val) in zip(axes, panels):
+        sub = sens[[o == opt and v == fixed_val for o, v in zip(
+            zip(sens["optimizer"], sens["lr"].astype(float), sens["momentum"].astype(float)), sens[fixed_col])]]
+        for label, g in sub.groupby("run"):
+            m = g.groupby(col)["accuracy"].agg(["mean", "std"]).reset_index()
+            np_ = label == "non-private"
+            ax.errorbar(m[col], m["mean"], yerr=m["std"].fillna(0), marker="o", capsize=3, label=label,
+                        color="k" if np_ else "C3", ls="--" if np_ else "-")
+        if paper is not None:
+            what = "training accuracy" if paper.metric.startswith("training") else "train or test not stated"
+            ax.axhline(paper.value, color="C0", ls=":", label=f"paper, ε = {epsilon:g}: {paper.value} % ({what})")
+        name = f", {opt[0]} lr {opt[1]:g}" + (f" mom. {opt[2]:g}" if opt[2] else "") if opt != own else ""
+        ax.set(xlabel=col.replace("_", " "), title=f"{fixed_col.replace('_', ' ')} = {fixed_val}{name}",
+               xticks=sorted(sub[col].unique()))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("final test accuracy (%)")
+    legend = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", fontsize="small", ncol=1)
+    return fig
+
+
+def plot_search(search_runs: Sequence[Any], on_test: Sequence[Any], *, local: Optional[Mapping[str, Any]],
+                base: FedAvgRun, num_classes: int, validation: int):
+    """The local-computation search: accuracy per round on validation and on test (one colour per local computation,
+    line style per range rule) and, when the chosen setting has an ε grid, final test accuracy against ε there with
+    the paper's points (training accuracy) as crosses; two panels per row."""
+    import matplotlib.pyplot as plt
+    from ..display import figure, integer_rounds
+
+    settings = list(dict.fromkeys(local_label(r.config) for r in list(search_runs) + list(on_test)))
+
+    def rule(c):
+        return range_label(c) or "non-private"
+
+    styles: dict[str, str] = {}
+    for r in list(search_runs) + list(on_test):
+        styles.setdefault(rule(r.config), {"non-private": "-", "adaptive range": "--"}.get(rule(r.config), "-."))
+    at_chosen = [r for r in on_test if local is not None and local_of(r.config) == dict(local)]
+    by_eps: dict[str, dict[float, list[float]]] = {}
+    for r in at_chosen:
+        if r.config.mechanism is not None:
+            by_eps.setdefault(rule(r.config), {}).setdefault(r.config.epsilon, []).append(
+                100 * float(r.history["accuracy"].iloc[-1]))
+    show_eps = any(len(points) > 1 for points in by_eps.values())
+    fig, axes = figure(2, 2 if show_eps else 1, height=6.4 if show_eps else 3.4, squeeze=False)
+    axes = list(axes.flat)
+    for ax, recs, where in ((axes[0], search_runs, f"validation ({validation:,} held out)"), (axes[1], on_test, "test")):
+        for rec in recs:
+            c = rec.config
+            ax.plot(rec.history["round"], 100 * rec.history["accuracy"], marker="o", ms=3,
+                    color=f"C{settings.index(local_label(c))}", ls=styles[rule(c)])
+        ax.axhline(100 / num_classes, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="round", title=f"on {where}")
+        integer_rounds(ax)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy (%)")
+    if show_eps:
+        ax = axes[2]
+        colour = f"C{settings.index(local_label(base.replace(**local)))}"
+        for name, points in by_eps.items():
+            xs = sorted(points)
+            ax.plot(xs, [sum(points[x]) / len(points[x]) for x in xs], marker="o", color=colour, ls=styles[name])
+        nonpriv = [100 * float(r.history["accuracy"].iloc[-1]) for r in at_chosen if r.config.mechanism is None]
+        if nonpriv:
+            ax.axhline(sum(nonpriv) / len(nonpriv), color=colour, lw=1)
+        for c in (c for c in REPORTED if c.where["dataset"] == base.dataset and c.where["n_clients"] == base.n_clients):
+            ax.plot(c.epsilon, c.value, marker="x" if c.where["rule"] == "adaptive" else "+", color="k", ms=8, ls="")
+        ax.axhline(100 / num_classes, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="ε per weight per round", ylabel="final test accuracy (%)", title="at the chosen setting",
+               xticks=sorted({e for points in by_eps.values() for e in points}))
+        ax.grid(alpha=0.3)
+        axes[3].set_visible(False)
+    handles = [plt.Line2D([], [], color=f"C{i}", label=s) for i, s in enumerate(settings)] + [
+        plt.Line2D([], [], color="k", ls=ls, label=name) for name, ls in styles.items()] + [
+        plt.Line2D([], [], color="grey", ls=":", label="chance")] + ([
+        plt.Line2D([], [], color="k", marker="x", ls="", label="paper, adaptive range (training accuracy)"),
+        plt.Line2D([], [], color="k", marker="+", ls="", label="paper, fixed range (training accuracy)")]
+        if show_eps else [])
+    if show_eps:  # the empty fourth panel's place holds the legend
+        fig.legend(handles=handles, loc="center", bbox_to_anchor=(0.75, 0.27), fontsize="x-small", frameon=False)
+    else:
+        fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize="x-small", frameon=False)
+    return fig
+
+
+def plot_grids(tables: Sequence[tuple[str, pd.DataFrame]]):
+    """Fig. 3 / Fig. 4 grids: final test accuracy (%) against the number of clients and against the fraction of
+    clients per round (``tables``: (column, runs with a ``run`` column) pairs, one panel each)."""
+    from ..display import figure
+
+    fig, axes = figure(len(tables), squeeze=False)
+    for ax, (col, df) in zip(axes[0], tables):
+        for label, g in df.groupby("run"):
+            m = g.groupby(col)["accuracy"].agg(["mean", "std"]).reset_index()
+            ax.errorbar(m[col], m["mean"], yerr=m["std"].fillna(0), marker="o", capsize=3, label=label,
+                        color="k" if label == "non-private" else "C3", ls="--" if label == "non-private" else "-")
+        ax.set(xlabel={"n_clients": "number of clients n", "client_fraction": "fraction of clients per round"}[col],
+               ylabel="final test accuracy (%)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize="small")
+    return fig
+
+
+def plot_linking(curve: pd.DataFrame):
+    """Shuffling's linking success (% of a client's reports re-linked) against the delay window T (log axis), without
+    and with the waiting time T_W (exact, or with a synchronisation error), chance dotted."""
+    from ..display import figure
+
+    fig, ax = figure(1, height=3.8)
+    for (wc, se), g in curve.groupby(["waiting_correction", "sync_error"]):
+        label = "no waiting time" if not wc else (f"with T_W, sync error {se:g} s" if se else "with T_W (exact)")
+        ax.errorbar(g["T"], 100 * g["success_mean"], yerr=100 * g["success_std"], marker="o", capsize=3, label=label)
+    ax.axhline(100 * curve["chance"].mean(), color="k", ls=":", label="chance (random arrival order)")
+    ax.set(xscale="log", xlabel="maximum random delay T (s)", ylabel="linking success (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
