@@ -562,3 +562,123 @@ def test_epsilon_table_says_when_every_lambda_diverged_on_validation():
     assert row["LDP-FL tuned (%)"] == row["CoQ-FL tuned (%)"] == "every λ diverged on validation"
     assert corbin.key_numbers(t)["tuned_0_1"].startswith("LDP-FL every λ diverged")
     assert corbin.key_numbers(t)["tuned_3"] == "(not run)" and corbin.key_numbers(t)["ablation"] == "(not run)"
+
+
+# ---------------------------------------------------------------------------------------- the chapter's tables, figures
+def test_own_report_table_is_the_two_point_law_for_every_numrand():
+    t = corbin.own_report_table(epsilon=1.0, num_rands=(0, 1, 5), inputs=21, partners=5)
+    assert list(t.columns) == ["NumRand", "max |marginal − two-point P|", "leader's ε", "follower's ε"]
+    assert t["NumRand"].tolist() == [0, 1, 5]
+    assert (t["max |marginal − two-point P|"] < 1e-12).all()
+    assert t["leader's ε"].tolist() == pytest.approx([1.0] * 3) and t["follower's ε"].tolist() == pytest.approx([1.0] * 3)
+
+
+def test_sampler_joint_deviation_is_small_for_the_sampler_and_large_for_a_wrong_law():
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=3)
+    kw = dict(n=20_000, shared=generator(0, "t", "shared"), local=generator(0, "t", "local"))
+    assert corbin.sampler_joint_deviation(mech, [-1.0, 0.2], [1.0, -0.3], **kw) < 5
+    wrong = CorrelatedTwoPoint(epsilon=2.0, num_rand=3)   # samples a law other than the one it is compared with
+    wrong.joint_distribution = mech.joint_distribution
+    assert corbin.sampler_joint_deviation(wrong, [-1.0, 0.2], [1.0, -0.3], **kw) > 10
+
+
+def test_marginal_table_rows_and_the_two_corrections():
+    t = corbin.marginal_table([-1.0, 0.0, 1.0], num_rand=5)
+    assert list(t.columns) == ["rule", "w = -1", "w = 0", "w = 1"] and len(t) == 4
+    assert t.iloc[0, 1:].tolist() == pytest.approx(TwoPoint(epsilon=1.0).prob_plus(torch.tensor([-1.0, 0.0, 1.0],
+                                                                                             dtype=torch.float64)).tolist())
+    assert (t.iloc[1, 1:] < t.iloc[0, 1:]).all()                  # the draft's Algorithm 2 misses P (below it)
+    assert t.iloc[3]["w = 1"] == 1.0 and t.iloc[2]["w = 1"] < 1.0   # the authors' top cell at ε = 5
+
+
+def test_pair_variance_table_halves_the_worst_case_and_is_lower_in_range_at_small_epsilon():
+    t = corbin.pair_variance_table([0.1, 3.0])
+    a = two_point_a(3.0)
+    assert t.loc[1, "independent, max (2a²)"] == pytest.approx(2 * a * a)
+    assert t.loc[1, "Eq. 6, max over all means (a²)"] == pytest.approx(a * a)
+    assert t.loc[1, "in range / independent"] == pytest.approx(0.5, abs=1e-6)
+    assert t.loc[0, "Eq. 6, max in range"] == pytest.approx(4 * (two_point_a(0.1) - 1), rel=1e-6)  # a > 2: at the edge
+    assert t.loc[0, "in range / independent"] < 0.1
+
+
+def test_numrand_variance_runs_from_the_independent_pair_to_the_eq6_limit():
+    t = corbin.numrand_variance(epsilon=1.0, num_rands=(0, 1, 12), p_xs=(0.5,), n=2000, seed=3)
+    ind, lim = (float(t.loc[t["kind"] == k, "mean variance (r²)"].iloc[0]) for k in ("independent", "Eq. 6 limit"))
+    corr = t[t["kind"] == "correlated"].set_index("NumRand")
+    assert corr.loc[0, "mean variance (r²)"] == pytest.approx(ind) and corr.loc[0, "missed (%)"] == pytest.approx(100)
+    assert corr.loc[12, "missed (%)"] == pytest.approx(0, abs=0.1) and lim < corr.loc[1, "mean variance (r²)"] < ind
+
+
+def test_the_chapters_figures_fit_the_column_with_two_panels_per_row():
+    from types import SimpleNamespace
+
+    from ldptut.display import COLUMN_IN, FIGURE_DPI
+
+    def check(fig, panels):
+        shown = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(shown) == panels and fig.get_figwidth() == pytest.approx(COLUMN_IN) and fig.dpi == FIGURE_DPI
+        cols = {round(ax.get_position().x0, 2) for ax in shown}
+        assert len(cols) <= 2
+
+    check(corbin.plot_pair_variance([0.5, 1.0, 2.0, 4.0]), 4)
+    check(corbin.plot_pair_variance([1.0, 2.0, 4.0]), 3)
+    check(corbin.plot_numrand(corbin.numrand_variance(num_rands=(0, 1), p_xs=(0.5,), n=100)), 1)
+    recs = [SimpleNamespace(config=corbin.run(m, base=BASE, epsilon=None if m == "fedavg" else e),
+                            history=pd.DataFrame({"round": [1, 2], "accuracy": [0.2, 0.3], "loss": [2.0, 1e9],
+                                                  "diverged": [False, m == "ldp_fl"]}))
+            for m, e in (("fedavg", None), ("ldp_fl", 0.3), ("coq_fl", 0.3), ("ldp_fl", 1.0), ("coq_fl", 1.0))]
+    check(corbin.plot_rounds(recs, [0.3, 1.0]), 4)
+    t = _sweep_table([("vs epsilon", "ldp_fl", 1.0, None, 0, 50.0, True), ("vs epsilon", "coq_fl", 1.0, None, 0, 70.0, False),
+                      ("smoothed", "ldp_fl", 1.0, 0.3, 0, 90.0, False), ("smoothed", "coq_fl", 1.0, 0.3, 0, 93.0, False)])
+    check(corbin.plot_vs_epsilon(t), 2)
+    check(corbin.plot_vs_epsilon(t, servers=("plain", "tuned", "fixed")), 3)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_epsilon_tables_split_the_sweep_and_runs_sentence_reads_it():
+    t = _sweep_table([("vs epsilon", "ldp_fl", 1.0, None, 0, 50.0, False), ("vs epsilon", "coq_fl", 1.0, None, 0, 70.0, False),
+                      ("smoothed", "ldp_fl", 1.0, 0.3, 0, 90.0, False), ("smoothed", "coq_fl", 1.0, 0.3, 0, 93.0, False)])
+    sweep = corbin.epsilon_table(t)
+    plain, tuned = corbin.epsilon_tables(sweep, what="after 2 rounds", first=10)
+    assert plain.headers == ("ε", "LDP-FL (%)", "CoQ-FL (%)", "CoQ − LDP (points)")
+    assert plain.rows == (("1", "50.0 (1 seed)", "70.0 (1 seed)", "+20.0 (1 seed)"),)
+    assert tuned.headers == ("ε", "LDP-FL (%)", "LDP-FL λ", "CoQ-FL (%)", "CoQ-FL λ", "CoQ − LDP (points)")
+    assert tuned.rows == (("1", "90.0 (1 seed)", "0.3", "93.0 (1 seed)", "0.3", "+3.0 (1 seed)"),)
+    assert plain.caption.startswith("Table 10.") and tuned.caption.startswith("Table 11.")
+    p = {"n_train": 2000, "rounds": 2, "seeds": [0]}
+    assert corbin.setting_words(p) == "2,000 training images, 2 rounds, seed 0"
+    assert corbin.runs_sentence(sweep, p) == ("2,000 training images, 2 rounds, seed 0, ε = 1 per weight per round: "
+                                              "LDP-FL 50.0 (1 seed), CoQ-FL 70.0 (1 seed)")
+    assert corbin.runs_sentence(sweep.iloc[0:0], p) == "(not run)" and corbin.epsilon_tables(sweep.iloc[0:0], what="",
+                                                                                              first=1) == []
+
+
+def test_authors_side_table_puts_both_codes_side_by_side_with_the_gap():
+    side = {"rows": [{"method": m, "round": r, "theirs": 60.0 + r + (m == "coq_fl"), "ours": 61.0 + r}
+                     for m in ("ldp_fl", "coq_fl") for r in (1, 2)]}
+    t = corbin.authors_side_table(side)
+    assert list(t.columns) == ["round", "CoQ-FL, theirs (%)", "CoQ-FL, ours (%)", "CoQ-FL, ours − theirs (points)",
+                               "LDP-FL, theirs (%)", "LDP-FL, ours (%)", "LDP-FL, ours − theirs (points)"]
+    assert t["round"].tolist() == [1, 2] and t["CoQ-FL, ours − theirs (points)"].tolist() == [0.0, 0.0]
+    assert t["LDP-FL, ours − theirs (points)"].tolist() == [1.0, 1.0]
+
+
+def test_long_run_numbers_read_the_longest_test_runs():
+    t = _sweep_table([("vs epsilon", "ldp_fl", 1.0, None, 0, 15.0, True), ("vs epsilon", "coq_fl", 1.0, None, 0, 25.0, True),
+                      ("smoothed", "ldp_fl", 1.0, 0.2, 0, 96.1, False), ("smoothed", "coq_fl", 1.0, 0.2, 0, 97.3, False),
+                      ("vs epsilon", "fedavg", None, None, 0, 98.6, False),
+                      ("fixed range", "coq_fl", 1.0, None, 0, 50.0, False)])
+    t["last_round"] = 2
+    out = corbin.long_run_numbers(t)
+    assert out["tuned"] == "CoQ-FL 97.3 % (λ = 0.2), LDP-FL 96.1 % (λ = 0.2), FedAvg 98.6 %"
+    assert out["plain"] == "CoQ-FL diverged at round 2, LDP-FL diverged at round 2"
+    assert out["setting"].endswith("1 seed") and corbin.long_run_numbers(t.iloc[0:0])["tuned"] == "(not stored)"
+
+
+def test_key_numbers_say_the_fixed_range_runs_alone():
+    t = _sweep_table([("vs epsilon", "ldp_fl", 1.0, None, 0, 50.0, True), ("fixed range", "ldp_fl", 1.0, None, 0, 80.0, False),
+                      ("vs epsilon", "coq_fl", 1.0, None, 0, 70.0, False), ("fixed range", "coq_fl", 1.0, None, 0, 75.0, False)])
+    assert corbin.key_numbers(t)["fixed"] == "LDP-FL 80.0 (1 seed), CoQ-FL 75.0 (1 seed)"
+    assert corbin.key_numbers(t.iloc[0:0])["fixed"] == "(not run)"

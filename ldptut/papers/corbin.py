@@ -40,8 +40,10 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance",
            "tuning_runs", "tuning_table", "choose_smoothing", "smoothed_runs", "fixed_range_runs", "followup",
            "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
            "AUTHORS_LOG_MNIST", "SERIES", "epsilon_table", "plot_vs_epsilon", "range_ablation_table", "stored_grid",
-           "SUMMARY_EPSILONS", "key_numbers",
-           "authors_code_rounds"]
+           "SUMMARY_EPSILONS", "key_numbers", "own_report_table", "sampler_joint_deviation", "marginal_table",
+           "pair_variance_table", "numrand_variance", "plot_pair_variance", "plot_numrand", "plot_rounds",
+           "authors_side_table", "long_run_numbers", "NAMES", "COMPARE_HEADERS", "ABLATION_HEADERS",
+           "setting_words", "runs_sentence", "epsilon_tables", "authors_code_rounds"]
 
 PAPER = Paper(
     key="corbin",
@@ -326,6 +328,195 @@ def sampled_own_report_epsilon(mechanism: CorrelatedTwoPoint, *, n: int, partner
             if float(k.min()) > 0.0:
                 point = max(point, abs(math.log(float(k[1]) / float(k[0]))))
     return {"lower bound": lower, "estimate": point}
+
+
+# ------------------------------------------------------------------------------------ the chapter's checks, tables, figures
+def own_report_table(*, epsilon: float = 1.0, num_rands: Sequence[int] = (0, 1, 5, 12), inputs: int = 201,
+                     partners: int = 21) -> pd.DataFrame:
+    """Each client's own report, read off the pair's exact joint law, against the two-point mechanism: per NumRand,
+    the largest |marginal - two-point P| over ``inputs`` x ``partners`` inputs on [-1, 1] (c = 0, r = 1), and the exact
+    ε of the leader's and the follower's own report (:func:`own_report_epsilon`), ε per weight per round."""
+    x = torch.linspace(-1, 1, pos_int(inputs, "inputs"), dtype=torch.float64)
+    others = torch.linspace(-1, 1, pos_int(partners, "partners"), dtype=torch.float64).tolist()
+    two_point = TwoPoint(epsilon=epsilon)
+    rows = []
+    for nr in num_rands:
+        mech = CorrelatedTwoPoint(epsilon=epsilon, num_rand=nr)
+        worst = 0.0
+        for xp in others:
+            _, probs = mech.joint_distribution(x, torch.full_like(x, xp))
+            worst = max(worst, (probs[..., 1, :].sum(-1) - two_point.prob_plus(x)).abs().max().item(),
+                        (probs[..., :, 1].sum(-1) - two_point.prob_plus(xp)).abs().max().item())
+        own = own_report_epsilon(mech, x, others)
+        rows.append({"NumRand": nr, "max |marginal − two-point P|": worst, "leader's ε": own["leader"],
+                     "follower's ε": own["follower"]})
+    return pd.DataFrame(rows)
+
+
+def sampler_joint_deviation(mechanism: CorrelatedTwoPoint, leader: Any, follower: Any, *, n: int,
+                            shared: torch.Generator, local: torch.Generator) -> float:
+    """The sampler against the exact joint law: ``n`` pairs at each input pair (``leader[i]``, ``follower[i]``), the
+    largest |frequency - probability| over the pairs and the four joint outcomes, in standard errors
+    sqrt(p (1 - p) / n) (at least 1/n)."""
+    xl, xf = torch.as_tensor(leader, dtype=torch.float32), torch.as_tensor(follower, dtype=torch.float32)
+    ol, of = mechanism.privatize_pairs(xl.repeat(pos_int(n, "n"), 1), xf.repeat(n, 1), shared=shared, local=local)
+    _, probs = mechanism.joint_distribution(xl, xf)
+    c = float(mechanism.center)
+    z = 0.0
+    for i, a in enumerate((ol < c, ol > c)):
+        for j, b in enumerate((of < c, of > c)):
+            p = probs[:, i, j]
+            se = torch.sqrt(p * (1 - p) / n).clamp(min=1 / n)
+            z = max(z, ((a & b).double().mean(0) - p).abs().div(se).max().item())
+    return z
+
+
+def marginal_table(xs: Sequence[float] = (-1.0, -0.5, 0.0, 0.5, 1.0), *, num_rand: int = 5) -> pd.DataFrame:
+    """P[report c + r a] at the inputs ``xs`` (c = 0, r = 1): the two-point mechanism at ε = 1, the draft's Algorithm 2
+    as printed (NumRand = ``num_rand``, at least 1), the two-point mechanism at ε = 5 and the authors' code at ε = 5
+    (NumRand = 5, its top cell); ε per weight per round. One row per rule, one column per input."""
+    x = torch.tensor(list(xs), dtype=torch.float64)
+    nr = max(int(num_rand), 1)
+    rules = [("two-point, ε = 1", TwoPoint(epsilon=1.0).prob_plus(x)),
+             (f"draft Alg. 2, ε = 1, NumRand = {nr}", CorrelatedTwoPoint(epsilon=1.0, num_rand=nr).draft_marginal(x)),
+             ("two-point, ε = 5", TwoPoint(epsilon=5.0).prob_plus(x)),
+             ("authors' code, ε = 5, NumRand = 5", authors_code_marginal(x, epsilon=5.0, num_rand=5))]
+    return pd.DataFrame([{"rule": name, **{f"w = {v:g}": float(p) for v, p in zip(xs, ps.tolist())}}
+                         for name, ps in rules])
+
+
+def pair_variance_table(epsilons: Iterable[float], *, n: int = 2001) -> pd.DataFrame:
+    """Var(w_i* + w_j*) in units of r² (c = 0, r = 1) per ε (per weight per round): a(ε), the independent pair's worst
+    case 2 a², Eq. 6's maximum over all means a² (the draft's), Eq. 6's maximum for means in the range (on ``n``
+    points), and the ratio of the last to the independent pair's worst case."""
+    rows = []
+    for e in epsilons:
+        a = two_point_a(_epsilon(e))
+        in_range = eq6_pair_variance(torch.linspace(-1, 1, pos_int(n, "n"), dtype=torch.float64), epsilon=e).max().item()
+        rows.append({"ε": e, "a": a, "independent, max (2a²)": 2 * a * a, "Eq. 6, max over all means (a²)": a * a,
+                     "Eq. 6, max in range": in_range, "in range / independent": in_range / (2 * a * a)})
+    return pd.DataFrame(rows)
+
+
+def numrand_variance(*, epsilon: float = 1.0, num_rands: Sequence[int] = tuple(range(11)),
+                     p_xs: Sequence[float] = (0.5, 0.7, 0.9), n: int = 20000, seed: int = 1) -> pd.DataFrame:
+    """The mean of Var(w_i* + w_j*) (units of r², c = 0, r = 1) over ``n`` input pairs uniform in the range, at ε per
+    weight per round, for each NumRand and p_x (``kind`` "correlated"), with the independent pair and Eq. 6's
+    countermonotone limit (``kind`` "independent" / "Eq. 6 limit", NumRand and p_x NaN); ``missed (%)``: the share
+    of the possible reduction (independent minus limit) that the correlated pair misses."""
+    g = generator(seed, "uniform inputs")
+    wi = torch.rand(pos_int(n, "n"), generator=g, dtype=torch.float64) * 2 - 1
+    wj = torch.rand(n, generator=g, dtype=torch.float64) * 2 - 1
+    ind = independent_pair_variance(wi, wj, epsilon=epsilon).mean().item()
+    lim = eq6_pair_variance((wi + wj) / 2, epsilon=epsilon).mean().item()
+    rows = [{"kind": "independent", "NumRand": math.nan, "p_x": math.nan, "mean variance (r²)": ind},
+            {"kind": "Eq. 6 limit", "NumRand": math.nan, "p_x": math.nan, "mean variance (r²)": lim}]
+    for px in p_xs:
+        for nr in num_rands:
+            v = CorrelatedTwoPoint(epsilon=epsilon, num_rand=nr, p_x=px).pair_sum_variance(wi, wj).mean().item()
+            rows.append({"kind": "correlated", "NumRand": nr, "p_x": px, "mean variance (r²)": v})
+    out = pd.DataFrame(rows)
+    out["missed (%)"] = 100 * (out["mean variance (r²)"] - lim) / (ind - lim)
+    return out
+
+
+def plot_pair_variance(epsilons: Sequence[float] = (0.5, 1.0, 2.0, 4.0), *, num_rand: int = 5, center: float = 0.0,
+                       radius: float = 0.5):
+    """The paper's Figure 2 redrawn: Var(w_i* + w_j*) of a pair at the same input w, independent (LDP-FL), correlated
+    (exact, NumRand = ``num_rand``) and Eq. 6 (NumRand -> infinity), one panel per ε (per weight per round), two per
+    row (:func:`ldptut.display.figure`). Returns the figure."""
+    from ..display import figure
+
+    eps = list(epsilons)
+    fig, axes = figure(2 if len(eps) > 1 else 1, math.ceil(len(eps) / 2), squeeze=False)
+    w = torch.linspace(center - radius, center + radius, 401, dtype=torch.float64)
+    for ax, e in zip(axes.flat, eps):
+        m = CorrelatedTwoPoint(epsilon=e, center=center, radius=radius, num_rand=num_rand)
+        ax.plot(w, independent_pair_variance(w, w, epsilon=e, center=center, radius=radius), label="independent")
+        ax.plot(w, m.pair_sum_variance(w, w), label=f"correlated, NumRand = {num_rand}")
+        ax.plot(w, eq6_pair_variance(w, epsilon=e, center=center, radius=radius), "--", label="Eq. 6 (NumRand → ∞)")
+        ax.set(title=f"ε = {e:g}", xlabel="w = w_i = w_j", ylabel="Var(w_i* + w_j*)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(eps):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=8)
+    return fig
+
+
+def plot_numrand(table: pd.DataFrame, *, epsilon: float = 1.0):
+    """:func:`numrand_variance`'s table as a figure: the mean variance of a pair's sum against NumRand per p_x, with
+    the independent pair and Eq. 6's limit as lines (one panel, the column's width). Returns the figure."""
+    from ..display import figure
+
+    fig, ax = figure(1, height=3.4)
+    corr = table[table["kind"] == "correlated"]
+    for px, g in corr.groupby("p_x", sort=True):
+        ax.plot(g["NumRand"], g["mean variance (r²)"], marker="o", label=f"p_x = {px:g}")
+    for kind, ls in (("independent", ":"), ("Eq. 6 limit", "--")):
+        ax.axhline(float(table.loc[table["kind"] == kind, "mean variance (r²)"].iloc[0]), color="k", ls=ls,
+                   label="independent (NumRand = 0)" if kind == "independent" else kind)
+    ax.set(xlabel="NumRand (shared random bits per weight)", ylabel="mean Var(w_i* + w_j*) (r²)",
+           title=f"ε = {epsilon:g} per weight per round, inputs uniform in the range")
+    from ..display import integer_rounds
+
+    integer_rounds(ax)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+_COLORS = {"fedavg": "k", "ldp_fl": "tab:blue", "coq_fl": "tab:red"}
+
+
+def plot_rounds(records: Sequence[Any], epsilons: Sequence[float]):
+    """Test accuracy (%, left) and test loss (log scale, right) per round of the runs ``records`` (RunRecords of
+    :class:`CorbinRun`), one row per ε of ``epsilons`` (per weight per round), FedAvg in every row; an x marks a run
+    stopped as diverging. Two panels per row (:func:`ldptut.display.figure`). Returns the figure."""
+    from matplotlib.ticker import LogFormatter
+
+    from ..display import figure, integer_rounds
+
+    eps = list(epsilons)
+    fig, axes = figure(2, len(eps), height=2.6 * len(eps), squeeze=False, sharex=True)
+    for row, e in enumerate(eps):
+        ax_acc, ax_loss = axes[row]
+        seen = set()
+        for rec in records:
+            cfg, h = rec.config, rec.history
+            if cfg.epsilon not in (None, e):
+                continue
+            style = dict(color=_COLORS[cfg.method], ls="--" if cfg.method == "fedavg" else "-", alpha=0.8)
+            label = _NAMES[cfg.method] if cfg.method not in seen else None
+            seen.add(cfg.method)
+            ax_acc.plot(h["round"], 100 * h["accuracy"], label=label, **style)
+            ax_loss.plot(h["round"], h["loss"], **style)
+            if "diverged" in h and bool(h["diverged"].iloc[-1]):
+                ax_loss.plot(h["round"].iloc[-1], h["loss"].iloc[-1], "x", color=style["color"], ms=9)
+        ax_acc.set(ylabel="test accuracy (%)", title=f"ε = {e:g} per weight per round")
+        ax_loss.set(ylabel="test loss (log)", yscale="log", title=f"ε = {e:g}: test loss")
+        ax_loss.yaxis.set_major_formatter(LogFormatter())     # "2", "2.2", "1e+04" rather than 2.2 x 10^0
+        ax_loss.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        for ax in (ax_acc, ax_loss):
+            ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set(xlabel="communication round")
+        integer_rounds(ax)
+    axes[0, 0].legend(fontsize=8)
+    return fig
+
+
+def authors_side_table(side: Mapping[str, Any]) -> pd.DataFrame:
+    """The authors' code beside ours (``book/runs/corbin-authors.json``: rows of method, round, theirs, ours): test
+    accuracy (%) per round, one column per method and code, and each round's gap ours − theirs per method."""
+    rows = pd.DataFrame(side["rows"])
+    out = pd.DataFrame({"round": sorted(rows["round"].unique())})
+    for m in ("coq_fl", "ldp_fl"):
+        g = rows[rows["method"] == m].set_index("round")
+        out[f"{_NAMES[m]}, theirs (%)"] = out["round"].map(g["theirs"])
+        out[f"{_NAMES[m]}, ours (%)"] = out["round"].map(g["ours"])
+        out[f"{_NAMES[m]}, ours − theirs (points)"] = out["round"].map(g["ours"] - g["theirs"])
+    return out
 
 
 # ------------------------------------------------------------------------------------ server rule
@@ -633,6 +824,8 @@ def compare(runs: pd.DataFrame) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------ the ε sweep and the ablation
 _NAMES = {"fedavg": "FedAvg", "ldp_fl": "LDP-FL", "coq_fl": "CoQ-FL"}
+#: The methods' shown names.
+NAMES = dict(_NAMES)
 #: The series of the ε sweep: (method, server) -> label; "plain" is the plain mean ("vs epsilon"), "tuned" the λ chosen
 #: on validation ("smoothed"), "fixed" the fixed-range ablation.
 SERIES = {("fedavg", "plain"): "FedAvg (no noise)", ("ldp_fl", "plain"): "LDP-FL, plain mean",
@@ -687,19 +880,75 @@ def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).fillna("")
 
 
+_SERVER_TITLES = {"plain": "plain mean (λ = 1)", "tuned": "λ chosen on validation", "fixed": "fixed range, plain mean"}
+
+
+def _draw_vs_epsilon(ax, t: pd.DataFrame, keys: Sequence[str], labels: Mapping[str, str], styles: Mapping[str, dict],
+                     ylim: tuple[float, float] = (0, 100)) -> None:
+    """One panel of :func:`plot_vs_epsilon` (the drawing of :func:`ldptut.plotting.plot_accuracy_vs_epsilon` on a given
+    Axes): per series the mean over seeds with its 95 % t interval, each seed as a dot, a diverged run as an x at the
+    bottom; ε on a log axis, FedAvg ("none") at the right."""
+    from . import t_interval
+
+    inf = math.inf
+    finite = sorted(e for e in set(t["eps"]) if e != inf)
+    none_x = (finite[-1] * 2.5) if finite else 1.0
+    has_none = bool((t["eps"] == inf).any())
+    for j, key in enumerate(keys):
+        sel = t[t["series"] == key]
+        if not len(sel):
+            continue
+        style = dict(styles[key])
+        shift = 1 + 0.05 * (j - (len(keys) - 1) / 2)
+        xs, means, lo, hi = [], [], [], []
+        for e, g in sorted(sel.groupby("eps"), key=lambda kv: kv[0]):
+            x = (none_x if e == inf else e) * shift
+            ok = g["accuracy"].dropna()
+            ax.scatter([x] * len(ok), ok, s=10, alpha=0.4, color=style["color"])
+            if len(g) > len(ok):
+                ax.scatter([x], [ylim[0]], marker="x", s=40, color=style["color"], clip_on=False, zorder=3)
+            if len(ok):
+                ci = t_interval(ok) or (ok.mean(), ok.mean())
+                xs.append(x)
+                means.append(ok.mean())
+                lo.append(ok.mean() - ci[0])
+                hi.append(ci[1] - ok.mean())
+        ax.errorbar(xs, means, yerr=[lo, hi], capsize=3, label=labels[key], **style)
+    ax.set_xscale("log")
+    ax.set_ylim(*ylim)
+    ax.set_xticks(finite + ([none_x] if has_none else []), [f"{e:g}" for e in finite] + (["none"] if has_none else []))
+    ax.minorticks_off()
+    ax.set(xlabel="ε per weight per round" + (" (none: no noise)" if has_none else ""))
+    ax.grid(alpha=0.3)
+
+
 def plot_vs_epsilon(runs: pd.DataFrame, *, title: str = "", servers: Sequence[str] = ("plain", "tuned")):
-    """Final test accuracy (%) against ε per weight per round for the series of ``servers`` (:data:`SERIES`), FedAvg
-    at "none" (:func:`ldptut.plotting.plot_accuracy_vs_epsilon`: mean and 95 % t interval over seeds, diverged runs
-    as x). Returns the figure."""
-    from ..plotting import plot_accuracy_vs_epsilon
+    """Final test accuracy (%) against ε per weight per round (log axis), one panel per server rule of ``servers``
+    ("plain": the plain mean, "tuned": λ chosen on validation, "fixed": the fixed-range ablation), two per row
+    (:func:`ldptut.display.figure`), FedAvg at "none" in each: the mean and 95 % t interval over seeds, each seed's run
+    as a dot, a diverged run as an x at the bottom. Returns the figure."""
+    from ..display import figure
 
     t = _series(runs)
     t = t.assign(series=[f"{m}|{srv}" for m, srv in zip(t["method"], t["server"])])
-    keep = {f"{m}|{srv}": lab for (m, srv), lab in SERIES.items() if srv in servers or m == "fedavg"}
-    styles = {f"{m}|{srv}": {"color": {"fedavg": "k", "ldp_fl": "tab:blue", "coq_fl": "tab:red"}[m],
-                             "ls": {"plain": ":", "tuned": "-", "fixed": "--"}[srv],
+    styles = {f"{m}|{srv}": {"color": _COLORS[m], "ls": {"plain": ":", "tuned": "-", "fixed": "--"}[srv],
                              "marker": {"plain": "s", "tuned": "o", "fixed": "^"}[srv]} for m, srv in SERIES}
-    return plot_accuracy_vs_epsilon(t, series=keep, styles=styles, title=title)
+    labels = {f"{m}|{srv}": _NAMES[m] for m, srv in SERIES}
+    servers = list(servers)
+    fig, axes = figure(2 if len(servers) > 1 else 1, math.ceil(len(servers) / 2), squeeze=False, sharey=True)
+    for ax, srv in zip(axes.flat, servers):
+        keys = [k for k in ("ldp_fl|" + srv, "coq_fl|" + srv, "fedavg|plain") if k in styles]
+        _draw_vs_epsilon(ax, t, keys, labels, styles)
+        ax.set_title(_SERVER_TITLES[srv])
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, title="x: diverged", title_fontsize=8)
+    for ax in list(axes.flat)[len(servers):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("final test accuracy (%)")
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def range_ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -728,7 +977,7 @@ def key_numbers(runs: pd.DataFrame) -> dict[str, str]:
     """Sentences' numbers for the chapter's summary from an ε sweep (:func:`epsilon_table` and
     :func:`range_ablation_table` of ``runs``), one string per key, "(not run)" where the sweep lacks it, so that every
     key exists at any parameters: ``plain_<e>`` and ``tuned_<e>`` per ε of :data:`SUMMARY_EPSILONS` (``<e>`` with "_"
-    for "."), ``fedavg``, ``ablation``."""
+    for "."), ``fedavg``, ``ablation``, ``fixed`` (the fixed-range runs alone)."""
     table = epsilon_table(runs)
     rows = {r["ε"]: r for _, r in table.iterrows()} if len(table) else {}
     out = {}
@@ -748,10 +997,101 @@ def key_numbers(runs: pd.DataFrame) -> dict[str, str]:
     abl = range_ablation_table(runs)
     said = lambda cell, rounds: (f"{cell}, none diverged" if rounds == "-" else  # noqa: E731
                                  f"{cell}, at round{'s' if ',' in rounds else ''} {rounds}")
+    several = abl["ε"].nunique() > 1 if len(abl) else False
+    out["fixed"] = ", ".join(f"{r['method']} {r['fixed range (%)']}" + (f" at ε = {r['ε']}" if several else "")
+                             for _, r in abl.iterrows()) if len(abl) else "(not run)"
     out["ablation"] = "; ".join(
         f"{r['method']} at ε = {r['ε']}, adaptive range {said(r['adaptive range (%)'], r['diverged at round'])}, "
         f"fixed range {said(r['fixed range (%)'], r['diverged at round '])}"
         for _, r in abl.iterrows()) if len(abl) else "(not run)"
+    return out
+
+
+#: Shorter shown names of the tables' columns (:func:`ldptut.display.table`'s ``headers``).
+COMPARE_HEADERS = {"ε composed per client (basic)": "ε per client, composed (basic)"}
+ABLATION_HEADERS = {"diverged at round": "adaptive: diverged at round", "diverged at round ": "fixed: diverged at round"}
+
+
+def setting_words(p: Mapping[str, Any]) -> str:
+    """"2,000 training images, 3 rounds, seed 0" from the chapter's parameters ``p`` (the notebook's names)."""
+    seeds = list(p["seeds"])
+    images = f"{p['n_train']:,}" if p.get("n_train") else "all"
+    return (f"{images} training images, {p['rounds']} rounds, "
+            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(str(s) for s in seeds)}")
+
+
+def runs_sentence(sweep: pd.DataFrame, p: Mapping[str, Any], *, epsilon: float = 1.0) -> str:
+    """One sentence of final test accuracies (%) from :func:`epsilon_table`'s ``sweep`` with the plain mean, at
+    ``epsilon`` per weight per round (else the sweep's first ε), with the setting (:func:`setting_words` of ``p``)."""
+    rows = {r["ε"]: r for _, r in sweep.iterrows()} if len(sweep) else {}
+    eps = [k for k in rows if k != "none (FedAvg)"]
+    if not eps:
+        return "(not run)"
+    key = f"{epsilon:g}" if f"{epsilon:g}" in rows else eps[0]
+    r = rows[key]
+    fed = rows.get("none (FedAvg)")
+    return (f"{setting_words(p)}, ε = {key} per weight per round: LDP-FL {r['LDP-FL plain (%)']}, "
+            f"CoQ-FL {r['CoQ-FL plain (%)']}" + (f", FedAvg {fed['LDP-FL plain (%)']}" if fed is not None else ""))
+
+
+def epsilon_tables(sweep: pd.DataFrame, *, what: str, first: int) -> list:
+    """:func:`epsilon_table`'s ``sweep`` shown as two tables that fit the book's column (:func:`ldptut.display.table`):
+    Table ``first`` with the plain mean (FedAvg's accuracy in its caption), Table ``first + 1`` with λ chosen on
+    validation; ``what`` completes both captions ("after 3 rounds, mean [95 % CI] over seeds [0]")."""
+    from ..display import table
+
+    if not len(sweep):
+        return []
+    fed = sweep[sweep["ε"] == "none (FedAvg)"]
+    body = sweep[sweep["ε"] != "none (FedAvg)"]
+    fed_words = f"; FedAvg (no noise) {fed['LDP-FL plain (%)'].iloc[0]}" if len(fed) else ""
+    plain = body[["ε", "LDP-FL plain (%)", "CoQ-FL plain (%)", "CoQ − LDP, plain (points)"]]
+    tuned = body[["ε", "LDP-FL tuned (%)", "LDP-FL λ", "CoQ-FL tuned (%)", "CoQ-FL λ", "CoQ − LDP, tuned (points)"]]
+    return [table(plain, caption=f"Table {first}. Test accuracy (%) {what}, plain mean (ε per weight per round)"
+                                 + fed_words,
+                  headers={"LDP-FL plain (%)": "LDP-FL (%)", "CoQ-FL plain (%)": "CoQ-FL (%)",
+                           "CoQ − LDP, plain (points)": "CoQ − LDP (points)"}),
+            table(tuned, caption=f"Table {first + 1}. Test accuracy (%) {what}, λ chosen on validation",
+                  headers={"LDP-FL tuned (%)": "LDP-FL (%)", "CoQ-FL tuned (%)": "CoQ-FL (%)",
+                           "CoQ − LDP, tuned (points)": "CoQ − LDP (points)"})]
+
+
+def long_run_numbers(stored: pd.DataFrame, *, dataset: str = "mnist", epsilon: float = 1.0) -> dict[str, str]:
+    """Sentences' numbers from the longest stored runs of ``dataset`` evaluated on the test set (``stored``:
+    :func:`ldptut.runcache.load_runs`; the fixed-range ablation and the validation runs left out): ``setting`` (rounds,
+    training images, seeds), ``tuned`` (each method's final test accuracy at ``epsilon`` per weight per round with the
+    server smoothing λ, and FedAvg), ``plain`` (the plain mean: the round each method's run diverged at, or its
+    accuracy). Averages over seeds where several are stored; "(not stored)" where the runs lack one."""
+    none = {"setting": "(not stored)", "tuned": "(not stored)", "plain": "(not stored)"}
+    if not len(stored):
+        return none
+    t = stored[(stored["dataset"] == dataset) & stored["validation"].isna()
+               & ~stored["config"].map(_fixed_range)]
+    if not len(t):
+        return none
+    t = t[t["rounds"] == t["rounds"].max()]
+    t = t.assign(method=t["config"].map(lambda c: c.method))
+    n_train = t["n_train"].dropna()
+    out = {"setting": f"{int(t['rounds'].iloc[0])} rounds on "
+                      + (f"{int(n_train.iloc[0]):,}" if len(n_train) else "all") + " training images, "
+                      + f"{t['seed'].nunique()} seed{'s' if t['seed'].nunique() > 1 else ''}"}
+    at = t[t["epsilon"] == epsilon]
+    tuned, plain = [], []
+    for m in ("coq_fl", "ldp_fl"):
+        g = at[(at["method"] == m) & at["smoothing"].notna() & ~at["diverged"].astype(bool)]
+        if len(g):
+            lams = ", ".join(f"{v:g}" for v in sorted(set(g["smoothing"])))
+            tuned.append(f"{_NAMES[m]} {g['accuracy'].mean():.1f} % (λ = {lams})")
+        g = at[(at["method"] == m) & at["smoothing"].isna()]
+        if len(g):
+            gone = g[g["diverged"].astype(bool)]
+            plain.append(f"{_NAMES[m]} diverged at round {', '.join(str(int(r)) for r in gone['last_round'])}"
+                         if len(gone) else f"{_NAMES[m]} {g['accuracy'].mean():.1f} %")
+    fed = t[t["method"] == "fedavg"]
+    if len(fed):
+        tuned.append(f"FedAvg {fed['accuracy'].mean():.1f} %")
+    out["tuned"] = ", ".join(tuned) or "(not stored)"
+    out["plain"] = ", ".join(plain) or "(not stored)"
     return out
 
 
