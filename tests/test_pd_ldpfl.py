@@ -582,7 +582,13 @@ def test_sweep_lead_text_states_the_lead_and_whether_it_grows():
     assert text.endswith("the claim predicts that it grows as ε falls, and it does not.")
     lead[2.0] = 9.0
     grows = P.sweep_lead_text(_fake_runs(lambda m, e, s: 80.0 + s + (lead[e] if m == "pd_ldpfl" else 0.0)))
-    assert grows.endswith(": larger than without noise at ε = 2.")
+    assert grows.endswith(": larger than without noise at ε = 2 (95 % interval over seeds above 0).")
+    one = _fake_runs(lambda m, e, s: 80.0 + (lead[e] if m == "pd_ldpfl" else 0.0))
+    one = one[one["seed"] == 0]     # one seed: no interval, so no claim that the lead grows
+    text = P.sweep_lead_text(one)
+    assert "+5.0 without noise, +5.0 at ε = 8, +9.0 at ε = 2 per weight per round (accuracy points, 1 seed)" in text
+    assert text.endswith("larger than without noise only at ε = 2, where the gain's 95 % interval over seeds does not "
+                         "exclude 0 (or, with one seed, there is none).")
     assert P.sweep_lead_text(runs.iloc[:0]) == ""
 
 

@@ -740,16 +740,19 @@ def sweep_gain_text(table: pd.DataFrame, n_seeds: int) -> str:
     col = "gain beyond no noise (points)"
     if col not in table:
         return ""
-    cells = [f"ε = {e}: {v}" for e, v in zip(table["ε per weight per round"], table[col]) if v]
-    return ("Its change from the no-noise lead (accuracy points, paired by seed over "
-            f"{n_seeds} seed{'s' if n_seeds != 1 else ''}, 95 % t intervals; section 4): " + "; ".join(cells) + ".")
+    cells = [f"ε = {e}: {v.removesuffix(' (1 seed)') if n_seeds == 1 else v}"
+             for e, v in zip(table["ε per weight per round"], table[col]) if v]
+    how = (f"paired by seed over {n_seeds} seeds, 95 % t intervals" if n_seeds != 1 else
+           "one seed, no interval")
+    return f"Its change from the no-noise lead (accuracy points, {how}; section 4): " + "; ".join(cells) + "."
 
 
 def sweep_lead_text(runs: pd.DataFrame) -> str:
     """One sentence on the ε sweep's test of the paper's claim (rows of :func:`ldptut.runcache.records_table`, one
     setting): PD-LDPFL's lead over FedAvg (accuracy points, paired by seed, :func:`sweep_table`) without noise and at
-    each ε per weight per round, and whether its mean over seeds is larger at some ε than without noise (the claim
-    predicts that it grows as ε falls). Empty without FedAvg and PD-LDPFL runs."""
+    each ε per weight per round, and whether it is larger at some ε than without noise (the claim predicts that it
+    grows as ε falls): said as shown only where the gain over the no-noise lead, paired by seed, has a 95 % t interval
+    above 0. Empty without FedAvg and PD-LDPFL runs."""
     table = sweep_table(runs)
     col = "PD-LDPFL − FedAvg (points)"
     if not len(table) or col not in table:
@@ -765,17 +768,28 @@ def sweep_lead_text(runs: pd.DataFrame) -> str:
             return pd.Series(dtype=float)
         return (by["pd_ldpfl"] - by["fedavg"]).dropna()
 
-    cells = [f"{v} {'without noise' if e == 'none' else f'at ε = {e}'}"
-             for e, v in zip(table["ε per weight per round"], table[col])]
     seeds = len(set(runs["seed"]))
+    one = " (1 seed)"   # said once at the end when the sweep has one seed
+    cells = [f"{v.removesuffix(one) if seeds == 1 else v} {'without noise' if e == 'none' else f'at ε = {e}'}"
+             for e, v in zip(table["ε per weight per round"], table[col])]
     out = (f"PD-LDPFL's lead over FedAvg is {', '.join(cells)} per weight per round (accuracy points, "
            f"{seeds} seed{'s' if seeds != 1 else ''})")
     clear = lead(math.inf)
     if not len(clear):
         return out + "."
-    grows = [e for e in sorted(set(runs["eps"]) - {math.inf}) if len(lead(e)) and lead(e).mean() > clear.mean()]
-    if grows:
-        return out + f": larger than without noise at ε = {', '.join(f'{e:g}' for e in grows)}."
+    larger, shown = [], []
+    for e in sorted(set(runs["eps"]) - {math.inf}):
+        gain = (lead(e) - clear).dropna()
+        if len(gain) and gain.mean() > 0:
+            larger.append(f"{e:g}")
+            ci = t_interval(gain)
+            if ci is not None and ci[0] > 0:
+                shown.append(f"{e:g}")
+    if shown:
+        return out + f": larger than without noise at ε = {', '.join(shown)} (95 % interval over seeds above 0)."
+    if larger:
+        return (out + f": larger than without noise only at ε = {', '.join(larger)}, where the gain's 95 % interval "
+                "over seeds does not exclude 0 (or, with one seed, there is none).")
     return out + ": the claim predicts that it grows as ε falls, and it does not."
 
 
@@ -881,6 +895,7 @@ def clipped_table(uploads: torch.Tensor, layout: Any) -> tuple[pd.DataFrame, int
     whole = outside_unit_share([uploads[i] for i in range(n)])
     out.loc["whole model"] = [uploads.shape[-1], int((whole["outside [-1, 1]"] > 0).sum()),
                               int(whole["outside [-1, 1]"].sum()), float(whole["outside [-1, 1] (%)"].max())]
+    out = out.astype({"weights": int, "clients with any": int, "clipped, all clients": int})
     n_any = int(share.groupby("client")["outside [-1, 1]"].sum().gt(0).sum())
     return out, n_any, int(out["clipped, all clients"].iloc[:-1].sum())
 
@@ -1093,7 +1108,7 @@ def paper_scale(stored: pd.DataFrame) -> PaperScale:
                                      if pd.notna(lead_pm[(ds, n)]) and pd.notna(lead_clear[(ds, n)]))
         words["cost"] = (f"{_num(cost['PM costs (points)'].min(), '+.1f')} to "
                          f"{_num(cost['PM costs (points)'].max(), '+.1f')}")
-        gap = (lead_pm - lead_clear).abs().dropna()
+        gap = (lead_pm.round(1) - lead_clear.round(1)).abs().dropna()   # as the rounded leads read
         if len(gap):
             words["control_gap"] = f"{gap.max():.1f}"
             words["control_cells"] = str(len(gap))
