@@ -436,3 +436,135 @@ def test_wu_rows_follow_the_papers_order_whatever_the_run_order():
     both = pd.concat([_wu_final([1.0], [1.0], experiment="noniid digits"), _wu_final([2.0], [2.0])])
     t = P.compare(both)
     assert t["experiment"].drop_duplicates().tolist() == ["iid digits", "noniid digits"]
+
+
+def test_wu_compare_leaves_out_c_in_its_other_readings():
+    """Stored records of the chapter's C-readings runs carry experiment "iid digits" too: the paper's C is the adopted
+    reading (sum/round), so a C run in another reading must not enter the gain of C (it used to be averaged in)."""
+    final = _wu_final(gains_b=[4.0, 6.0, 5.0], gains_c=[1.0, 2.0, 3.0]).assign(c_reading=None)
+    final.loc[final["aggregation"] == "C", "c_reading"] = "sum/round"
+    other = final[final["aggregation"] == "C"].assign(c_reading="max/round", accuracy=0.99)
+    t = P.compare(pd.concat([final, other], ignore_index=True)).set_index("quantity")
+    assert t.loc["gain of C over A (points)", "ours"] == "+2.0 ± 1.0"  # as without the other reading's runs
+    assert t.equals(P.compare(final).set_index("quantity"))
+
+
+# ------------------------------------------------------------------------------ the chapter's tables and figures
+def test_client_mechanisms_are_built_once_per_setting():
+    s = P.SETTINGS["iid"]["digits"]
+    a, b = P.client_mechanisms([1, 1, 10], "iid", s), P.client_mechanisms([1.0, None, 10.0], "iid", s)
+    assert a[0] is a[1] is b[0] and a[2] is b[2] and b[1] is None  # same ε and setting: one mechanism object
+    assert a[0].sigma == pytest.approx(P.paper_gaussian_sigma(1, delta=s["delta"], q=s["q"], rounds=s["rounds"]))
+    other = P.client_mechanisms([1], "iid", s, reading="bracket_outside")[0]
+    assert other is not a[0] and other.sigma != a[0].sigma  # the reading is part of the setting
+    n = P.SETTINGS["noniid"]["digits"]
+    sign = P.client_mechanisms([5, 5], "noniid", n)
+    assert sign[0] is sign[1] and isinstance(sign[0], LdpSign) and sign[0].sigma == pytest.approx(
+        n["l2"] * math.sqrt(2 * math.log(1.25 / n["delta"])) / 5)
+    with pytest.raises(ValueError, match="epsilon"):
+        P.client_mechanisms([-1.0], "iid", s)
+
+
+def test_privacy_tables_give_the_exact_guarantee_of_the_papers_noise():
+    t = P.privacy_tables("sqrt_all")
+    g = t["gaussian"].set_index(["data", "ε_i (paper)"])
+    assert len(g) == 9 and len(t["sampled"]) == 9 and len(t["ldpsign"]) == 9  # 3 data sets x 3 budgets, both protocols
+    row = g.loc[("digits", 1.0)]
+    s = P.SETTINGS["iid"]["digits"]
+    sigma = P.paper_gaussian_sigma(1.0, delta=s["delta"], q=s["q"], rounds=s["rounds"])
+    assert row["σ_i (adopted)"] == round(sigma, 1) and row["d"] == P.model_size("digits") == 650
+    exact = Gaussian.with_sigma(sigma=sigma, delta=s["delta"], radius=s["clip"]).ideal_guarantee
+    assert row["ε per coord per round"] == round(exact.epsilon, 2) > 10  # far from the chosen budget of 1
+    assert row["σ_i (other)"] == round(P.paper_gaussian_sigma(1.0, delta=s["delta"], q=s["q"], rounds=s["rounds"],
+                                                              reading="bracket_outside"), 1)
+    flipped = P.privacy_tables("bracket_outside")["gaussian"].set_index(["data", "ε_i (paper)"])
+    assert flipped.loc[("digits", 1.0), "σ_i (adopted)"] == row["σ_i (other)"]
+    sampled = t["sampled"].set_index(["data", "ε_i (paper)"])
+    assert sampled.loc[("digits", 10.0), "per coord per round"] == "none"  # nothing certified at μ in the tens
+    assert 0 <= t["reachable"][("digits", 10.0)] < 1e-9 and t["mu"][("digits", 10.0)] > t["mu"][("digits", 1.0)]
+    sign = t["ldpsign"].set_index(["data", "ε_i (paper, δ=1e-5)"])
+    assert bool((sign["exact pure ε per coord per round"] < sign.index.get_level_values(1)).all())  # ε* < ε_i
+
+
+def test_selection_and_lemma_tables():
+    sel = P.selection_table()
+    assert len(sel) == sum(len(s["profiles"]) for proto in P.SETTINGS.values() for s in proto.values())
+    assert (sel["E[clients selected]"] == 1.0).all()  # the P_i sum to one
+    first = sel.iloc[0]
+    assert first["P_i (C) = α_i (B)"] == "0.103 0.103 0.795" and first["P(no client selected)"] == 0.205
+    lemma = P.lemma_table()
+    assert len(lemma) == 6 and not lemma["q < 1 / (16 sigma)"].any()
+
+
+def test_accuracy_table_blank_repeats_and_ranges():
+    final = _wu_final(gains_b=[4.0, 6.0], gains_c=[1.0, 3.0])
+    t = P.accuracy_table(final)
+    assert t.columns.tolist() == ["experiment", "profile", "A", "B", "C"]
+    assert t["profile"].tolist() == ["no noise", "p1", "p2"]  # run order
+    assert t.loc[0, "A"] == "80.5 ± 0.7" and t.loc[0, "B"] == "" and t.loc[1, "B"] == "55.0 ± 1.4"
+    shown = P.blank_repeats(t, ["experiment"])
+    assert shown["experiment"].tolist() == ["iid digits", "", ""] and t["experiment"].tolist() == ["iid digits"] * 3
+    assert P.accuracy_range(final, "iid digits") == "50.0 to 55.0"
+    assert P.accuracy_range(final, "iid covertype") == "(not run)"
+    table = P.compare(_wu_final(gains_b=[4.0, 6.0, 5.0], gains_c=[10.0, -10.0, 3.0]))
+    assert P.gains_text(table) == "gain of B over A on iid digits (+5.0 points, [+2.5, +7.5]; the paper: 5.57)"
+    assert P.gains_text(P.compare(_wu_final([1.0, -1.0], [1.0, -1.0]))) == "none"
+
+
+def test_sigma_readings_tables_rank_the_aggregations_per_reading():
+    adopted = _wu_final(gains_b=[4.0, 6.0], gains_c=[1.0, 3.0]).assign(reading="sqrt_all")
+    other = _wu_final(gains_b=[1.0, 1.0], gains_c=[5.0, 5.0]).assign(reading="bracket_outside")
+    r = P.sigma_readings_tables(pd.concat([adopted, other]), "sqrt_all")
+    acc = r["accuracy"]
+    assert acc.columns.tolist() == ["experiment", "profile", "aggregation", "sqrt_all", "bracket_outside"]
+    assert "no noise" not in set(acc["profile"]) and len(acc) == 6
+    rank = r["ranking"].set_index("reading")["ranking"]
+    assert rank["sqrt_all"] == "B > C > A" and rank["bracket_outside"] == "C > B > A"
+    assert r["c_beats_b"] == ["iid digits p1", "iid digits p2"]
+
+
+def test_covertype_check_rows():
+    final = pd.DataFrame({"experiment": ["iid covertype"] * 3, "profile": ["no noise", "no noise", "all ε = 1"],
+                          "accuracy": [0.70, 0.72, 0.20]})
+    raw = pd.DataFrame({"experiment": ["iid covertype_raw", "iid digits"], "accuracy": [0.38, 0.90]})
+    t = P.covertype_check(final, raw, majority=0.485)
+    assert t["accuracy (%)"].tolist() == ["71.0 ± 1.4", "38.0", "48.5", "49.0"] and t["seeds"].tolist()[:2] == [2, 1]
+    assert P.covertype_check(final, raw.iloc[1:], majority=0.485) is None  # no raw-column run: nothing to compare
+
+
+def test_shown_tables_fit_their_headers_and_keep_the_checked_text():
+    t = P.privacy_tables("sqrt_all")
+    shown = P.privacy_shown(t, "gaussian")
+    assert shown.rows[0][:3] == ("digits", "1", "1/500") and "4,030.7" in shown.rows[0]
+    acc = P.accuracy_table(_wu_final([4.0, 6.0], [1.0, 3.0]))
+    assert [r[0] for r in P.accuracy_shown(acc, "x").rows] == ["iid digits", "", ""]
+    cmp = P.compare_shown(P.compare(_wu_final([4.0, 6.0, 5.0], [1.0, 2.0, 3.0])), {"iid digits": 0.133}, "c")
+    assert cmp.caption == "c. No-skill rate (%): iid digits 13.3" and "paired 95 % CI (points)" in cmp.headers
+    assert P.selection_shown(P.selection_table()).rows[2][4] == "0.530"
+
+
+def test_plot_experiment_has_at_most_two_panels_per_row():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ldptut.display import COLUMN_IN
+
+    final = pd.concat([_wu_final([4.0, 6.0], [1.0, 3.0]).assign(round=r) for r in (1, 2)], ignore_index=True)
+    fig = P.plot_experiment(final, "iid digits")  # non-personalized + 2 profiles: 3 panels on 2 rows
+    axes = fig.get_axes()
+    assert len(axes) == 3 and fig.get_size_inches()[0] == pytest.approx(COLUMN_IN)
+    assert {ax.get_subplotspec().get_geometry()[:2] for ax in axes} == {(2, 2)}
+    assert axes[0].get_ylabel() == "test accuracy (%)" and axes[0].get_xlabel() == "communication round"
+    assert [t.get_text() for t in axes[1].get_legend().get_texts()] == ["A", "B", "C"]
+    plt.close(fig)
+
+
+def test_mnist_extension_is_a_list_of_its_experiments():
+    P.PARAMETERS["mnist_extension"](["iid mnist", "noniid mnist"])
+    P.PARAMETERS["mnist_extension"]([])
+    for bad in (True, "iid mnist", ["noniid fashion"]):
+        with pytest.raises(ValueError, match="must be"):
+            P.PARAMETERS["mnist_extension"](bad)
+    assert P.MNIST_EXTENSION == ("iid mnist", "noniid mnist")

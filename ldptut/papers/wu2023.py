@@ -26,10 +26,12 @@ argmax_k (w_k · x + b_k). The flattened model is (W row by row, then b): d = K 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -52,7 +54,11 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
            "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
-           "paired_t_interval", "majority_rate", "no_skill_rates", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "PARAMETERS", "chapter_experiment", "grid"]
+           "paired_t_interval", "majority_rate", "no_skill_rates", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "PARAMETERS", "chapter_experiment", "grid",
+           "MNIST_EXTENSION", "FEATURES", "model_size", "privacy_tables", "selection_table", "lemma_table",
+           "blank_repeats", "accuracy_table", "plot_experiment", "sigma_readings_tables", "gains_text",
+           "accuracy_range", "paper_scale_report", "covertype_check", "scenario_order", "privacy_shown",
+           "selection_shown", "accuracy_shown", "compare_shown", "readings_shown", "lemma_shown", "c_readings_shown"]
 
 PAPER = Paper(
     key="wu2023",
@@ -389,19 +395,25 @@ def load_experiment(dataset: str, protocol: str, setting: Mapping[str, Any], *, 
                       data_seed=data_seed)
 
 
+@functools.lru_cache(maxsize=256)
+def _client_mechanism(e: float, protocol: str, delta: float, q: Optional[float], rounds: Optional[int], clip: float,
+                      l2: Optional[float], reading: str) -> Mechanism:
+    """One client's mechanism (:func:`client_mechanisms`), built once per distinct setting: a grid of runs (and the
+    hundreds of stored runs a page loads) shares a few dozen; the mechanisms hold no state that sampling changes."""
+    if protocol == "iid":
+        sig = paper_gaussian_sigma(e, delta=delta, q=q, rounds=rounds, reading=reading)
+        return Gaussian.with_sigma(sigma=sig, delta=delta, radius=clip)
+    return LdpSign(epsilon=e, delta=delta, l2_sensitivity=l2, radius=clip)
+
+
 def client_mechanisms(epsilons: Sequence[Optional[float]], protocol: str, setting: Mapping[str, Any], *,
                       reading: str = "sqrt_all") -> list:
-    """One mechanism per client: IID Gaussian with the paper's σ_i (``reading``), non-IID LdpSign; None = no noise."""
-    out = []
-    for e in epsilons:
-        if e is None:
-            out.append(None)
-        elif protocol == "iid":
-            sig = paper_gaussian_sigma(e, delta=setting["delta"], q=setting["q"], rounds=setting["rounds"], reading=reading)
-            out.append(Gaussian.with_sigma(sigma=sig, delta=setting["delta"], radius=setting["clip"]))
-        else:
-            out.append(LdpSign(epsilon=e, delta=setting["delta"], l2_sensitivity=setting["l2"], radius=setting["clip"]))
-    return out
+    """One mechanism per client: IID Gaussian with the paper's σ_i (``reading``), non-IID LdpSign; None = no noise.
+    Clients with the same ε share one (immutable) mechanism object."""
+    iid = protocol == "iid"
+    key = (setting["delta"], setting["q"] if iid else None, setting["rounds"] if iid else None, setting["clip"],
+           None if iid else setting["l2"], reading if iid else "")
+    return [None if e is None else _client_mechanism(e, protocol, *key) for e in epsilons]
 
 
 def grid_scenarios(setting: Mapping[str, Any], *, aggregations: Sequence[str] = AGGREGATIONS) -> list[tuple]:
@@ -557,20 +569,26 @@ def histories(records: Sequence[RunRecord]) -> pd.DataFrame:
     """The per-round histories of Wu runs, with their labels (:meth:`WuRun.labels`), the run's n_train,
     n_test, rounds, local_passes, on_empty, and the record's commit, date, training seconds and ``code``:
     :func:`ldptut.provenance.numerics_flag` of its numerics version ("current", or "older code" for a run that the
-    present code would re-train to other numbers)."""
-    out = []
+    present code would re-train to other numbers). The labels are joined once to the concatenated histories (a
+    page loads hundreds of records)."""
+    frames, labels = [], []
     for rec in records:
         c = rec.config
         if not isinstance(c, WuRun):
             raise ValueError(f"{rec.path or c} is not a Wu et al. run")
         prov = rec.provenance
-        out.append(rec.history.assign(**c.labels(), n_train=c.n_train, n_test=c.n_test, rounds=c.rounds,
-                                      local_passes=c.local_passes, on_empty=c.on_empty, commit=prov.get("commit"),
-                                      date=prov.get("date"), train_seconds=prov.get("seconds"),
-                                      code=numerics_flag(prov.get("numerics"), run_mechanisms(c))))
-    if not out:
+        labels.append({**c.labels(), "n_train": c.n_train, "n_test": c.n_test, "rounds": c.rounds,
+                       "local_passes": c.local_passes, "on_empty": c.on_empty, "commit": prov.get("commit"),
+                       "date": prov.get("date"), "train_seconds": prov.get("seconds"),
+                       "code": numerics_flag(prov.get("numerics"), run_mechanisms(c))})
+        overlap = [k for k in labels[-1] if k in rec.history.columns]
+        frames.append(rec.history.drop(columns=overlap) if overlap else rec.history)
+    if not frames:
         return pd.DataFrame()
-    return pd.concat(out, ignore_index=True)
+    hist = pd.concat(frames, ignore_index=True)
+    which = np.repeat(np.arange(len(frames)), [len(f) for f in frames])
+    lab = pd.DataFrame(labels).iloc[which].reset_index(drop=True)
+    return pd.concat([hist, lab], axis=1)
 
 
 def run_experiment(runner: Any, exp: "Experiment", seeds: Sequence[int], **kw: Any) -> pd.DataFrame:
@@ -585,11 +603,15 @@ OTHER_READING = {"sqrt_all": "bracket_outside", "bracket_outside": "sqrt_all"}
 _EXPERIMENT_KEYS = ("iid digits", "iid fashion_mnist", "iid covertype", "noniid digits", "noniid fashion_mnist",
                     "noniid covertype")
 
+#: Our extension to real MNIST (:func:`chapter_experiment`): the IID digits protocol, and the paper's non-IID "MNIST"
+#: settings (10 clients, 9,600 training images: the most expensive grid after Covertype's).
+MNIST_EXTENSION = ("iid mnist", "noniid mnist")
+
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/personalized_ldp_fl-paper.yaml`` the paper-scale values).
 PARAMETERS = {
     "seeds": P.list_of(P.nonneg_int), "experiments": P.list_of(P.choice(*_EXPERIMENT_KEYS)),
-    "covertype_train_size": P.pos_int, "mnist_extension": P.boolean,
+    "covertype_train_size": P.pos_int, "mnist_extension": P.list_of(P.choice(*MNIST_EXTENSION)),
     "sigma_reading": P.choice(*SIGMA_READINGS),
     "compare_reading": P.list_of(P.choice(*[k for k in _EXPERIMENT_KEYS if k.startswith("iid")])),
     "compare_c_reading": P.list_of(P.choice(*_EXPERIMENT_KEYS)),
@@ -636,21 +658,23 @@ def c_readings_table(final: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows)
 
 
-def grid(p: Mapping[str, Any]) -> list[tuple[str, WuRun]]:
+def grid(p: Mapping[str, Any], *, loaded: Optional[dict] = None) -> list[tuple[str, WuRun]]:
     """The chapter's runs from its parameters ``p`` (the notebook's names, e.g. a parameter file over the defaults),
     as (experiment, run) pairs in the notebook's order: the paper's grid (:func:`configs`) for every experiment of
     ``experiments`` under ``sigma_reading`` (labelled with the experiment's key, "iid digits"); with "iid covertype",
     its no-noise run on the raw numeric columns ("iid covertype_raw"); the IID experiments of ``compare_reading``
-    under the other reading ("iid digits (other reading)"); with ``mnist_extension``, real MNIST ("iid mnist", "noniid
-    mnist"); the experiments of ``compare_c_reading`` with aggregation C in its other readings (:data:`C_READINGS`,
+    under the other reading ("iid digits (other reading)"); the real-MNIST experiments of ``mnist_extension`` ("iid
+    mnist", "noniid mnist"); the experiments of ``compare_c_reading`` with aggregation C in its other readings (:data:`C_READINGS`,
     "iid digits (C max/round)", C runs only).
 
     A run's configuration holds its data split's sizes, so this loads each experiment's data (seconds;
     :func:`chapter_experiment`); training needs only the configuration (:meth:`WuRun.train_group` reloads the
-    data). The chapter and ``python -m ldptut.sweep personalized_ldp_fl`` both build their runs here."""
+    data). The chapter and ``python -m ldptut.sweep personalized_ldp_fl`` both build their runs here. ``loaded``: a
+    dict that keeps the loaded data by experiment key (filled here, reused when given again), so that the chapter
+    loads each data set once."""
     seeds = list(p["seeds"])
     opts = {"on_empty": p["on_empty"], "local_passes": p["local_passes"], "alpha": p["alpha"]}
-    loaded: dict[str, Experiment] = {}
+    loaded = {} if loaded is None else loaded
 
     def data(key: str) -> Experiment:
         if key not in loaded:
@@ -665,9 +689,8 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, WuRun]]:
     for key in [k for k in p["compare_reading"] if k.startswith("iid")]:
         out += [(f"{key} (other reading)", c)
                 for c in configs(data(key), seeds, reading=OTHER_READING[p["sigma_reading"]], **opts)]
-    if p["mnist_extension"]:
-        out += [("iid mnist", c) for c in configs(data("iid mnist"), seeds, reading=p["sigma_reading"], **opts)]
-        out += [("noniid mnist", c) for c in configs(data("noniid mnist"), seeds, reading=p["sigma_reading"], **opts)]
+    for key in [k for k in MNIST_EXTENSION if k in p["mnist_extension"]]:
+        out += [(key, c) for c in configs(data(key), seeds, reading=p["sigma_reading"], **opts)]
     for key in p.get("compare_c_reading", []):
         for cr in C_READINGS[1:]:
             out += [(f"{key} (C {cr})", c) for c in configs(data(key), seeds, reading=p["sigma_reading"], c_reading=cr,
@@ -708,10 +731,12 @@ def majority_rate(y_test: torch.Tensor) -> float:
     return torch.bincount(y_test.long().flatten()).max().item() / y_test.numel()
 
 
-def no_skill_rates(keys: Sequence[str], p: Mapping[str, Any]) -> dict[str, float]:
+def no_skill_rates(keys: Sequence[str], p: Mapping[str, Any], *, loaded: Optional[dict] = None) -> dict[str, float]:
     """:func:`majority_rate` of the test set of each experiment in ``keys`` at the chapter's parameters ``p``
-    (:func:`chapter_experiment`; the split does not depend on the seed), for :func:`compare`'s ``no_skill``."""
-    return {key: majority_rate(chapter_experiment(key, p).y_test) for key in keys}
+    (:func:`chapter_experiment`; the split does not depend on the seed), for :func:`compare`'s ``no_skill``.
+    ``loaded``: data already loaded, by experiment key (:func:`grid`'s), used where it holds the key."""
+    loaded = loaded or {}
+    return {key: majority_rate((loaded[key] if key in loaded else chapter_experiment(key, p)).y_test) for key in keys}
 
 
 def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
@@ -729,7 +754,8 @@ def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = No
     :func:`no_skill_rates`): a gain of B (C) over A is "not testable" when the mean final accuracy over seeds of every
     personalized profile aggregated with A and with B (C) is at or below it: the noisy models are noise, and their
     difference says nothing about the aggregation, whatever its interval. Experiments it does not name are tested as
-    above.
+    above. Runs of C in another reading than the adopted ``"sum/round"`` (a ``c_reading`` column, as stored records
+    of the chapter's ``compare_c_reading`` have) are left out: the paper's C is the adopted one.
     """
     no_skill = dict(no_skill or {})
     for key, rate in no_skill.items():
@@ -738,6 +764,8 @@ def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = No
     need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
     if not need <= set(final.columns):
         raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
+    if "c_reading" in final.columns:  # C in another reading than the adopted one (section 6) is not the paper's C
+        final = final[(final["aggregation"] != "C") | final["c_reading"].isin([C_READINGS[0]])]
     present = set(final["experiment"])
     unknown = sorted(present - set(EXPERIMENTS))
     if unknown:
@@ -796,3 +824,377 @@ def from_record_v1(config: dict, history: pd.DataFrame) -> list[tuple[WuRun, pd.
         raise ValueError(f"{config['experiment']} seed {config['seed']}: runs {sorted(set(history['run']))} do not "
                          f"match the grid's {len(out)} scenarios")
     return out
+
+
+# ------------------------------------------------------------------------------- the chapter's tables and figures
+#: (features D, classes K) of each data set's one-vs-rest linear model: d = K (D + 1) weights.
+FEATURES = {"digits": (64, 10), "fashion_mnist": (784, 10), "covertype": (54, 7), "mnist": (784, 10)}
+
+
+def model_size(dataset: str) -> int:
+    """d = K (D + 1), the weights of the one-vs-rest logistic regression on ``dataset`` (W (K x D) and b (K))."""
+    features, classes = FEATURES[dataset]
+    return classes * (features + 1)
+
+
+def _certified(eps: float, digits: int) -> Any:
+    return "none" if eps == math.inf else round(eps, digits)
+
+
+def privacy_tables(sigma_reading: str = "sqrt_all") -> dict[str, Any]:
+    """The privacy the paper's noise really gives, at every setting of :data:`SETTINGS` (chapter, section 2).
+
+    Returns ``"gaussian"``: IID, the exact (ε, δ_i) of the real-valued Gaussian with the paper's σ_i (``sigma_reading``;
+    the other reading's σ_i next to it) for sensitivity 2c per weight, per coordinate per round, per model per round
+    (d weights) and over R rounds (μ-GDP composition); ``"sampled"``: the ε the grid law as sampled certifies at δ_i
+    ("none": no finite ε) and its total variation η per report; ``"ldpsign"``: non-IID, the exact pure ε* of the sign
+    report, composed by basic composition; ``"mu"``: {(dataset, ε_i): μ of the sampled IID law}; ``"reachable"``:
+    {(dataset, ε_i): the probability that a report of w = c is also possible under w = -c}, for digits at ε_i = 10.
+    Values are rounded as the chapter prints them."""
+    from ..audits import exact_delta_audit
+
+    other = OTHER_READING[sigma_reading]
+    gauss, sampled, sign, mu, reachable = [], [], [], {}, {}
+    for name, s in SETTINGS["iid"].items():
+        d = model_size(name)
+        for e in s["epsilons"]:
+            sig = {r: paper_gaussian_sigma(e, delta=s["delta"], q=s["q"], rounds=s["rounds"], reading=r)
+                   for r in SIGMA_READINGS}
+            m = Gaussian.with_sigma(sigma=sig[sigma_reading], delta=s["delta"], radius=s["clip"])
+            g, got = m.ideal_guarantee, m.guarantee  # exact for the real-valued law (Δ = 2c); certified as sampled
+            delta = f"1/{round(1 / s['delta']):,}"  # δ_i = 1/|D_i| (Section 3.1)
+            gauss.append({"data": name, "ε_i (paper)": e, "δ_i": delta, "c": s["clip"],
+                          "σ_i (adopted)": round(sig[sigma_reading], 1), "σ_i (other)": round(sig[other], 1),
+                          "ε per coord per round": round(g.epsilon, 2),
+                          "ε per model per round": round(g.compose(d=d).epsilon, 1),
+                          "ε per model, R rounds": round(g.compose(d=d, rounds=s["rounds"]).epsilon, 1),
+                          "d": d, "R": s["rounds"]})
+            sampled.append({"data": name, "ε_i (paper)": e, "δ_i": delta,
+                            "per coord per round": _certified(got.epsilon, 2),
+                            "per model per round": _certified(got.compose(d=d).epsilon, 1),
+                            "per model, R rounds": _certified(got.compose(d=d, rounds=s["rounds"]).epsilon, 1),
+                            "η per report": f"{m.tv:.1e}"})
+            mu[name, e] = got.mu
+            if name == "digits" and e == 10.0:
+                audit = exact_delta_audit(m, [-s["clip"], s["clip"]])
+                reachable[name, e] = 1.0 - audit.details["unreachable"]
+    for name, s in SETTINGS["noniid"].items():
+        d = model_size(name)
+        for e in s["epsilons"]:
+            m = LdpSign(epsilon=e, delta=s["delta"], l2_sensitivity=s["l2"], radius=s["clip"])
+            g = m.guarantee  # exact pure ε per coordinate per round
+            sign.append({"data": name, "ε_i (paper, δ=1e-5)": e, "σ_i": round(m.sigma, 2), "c": s["clip"],
+                         "exact pure ε per coord per round": round(g.epsilon, 3),
+                         "per model per round (d ε*)": round(g.compose(d=d).epsilon, 1),
+                         "per model, R rounds": round(g.compose(d=d, rounds=s["rounds"]).epsilon, 1), "d": d})
+    return {"gaussian": pd.DataFrame(gauss), "sampled": pd.DataFrame(sampled), "ldpsign": pd.DataFrame(sign),
+            "mu": mu, "reachable": reachable}
+
+
+def selection_table(sigma_reading: str = "sqrt_all") -> pd.DataFrame:
+    """Per setting and personalized profile: the P_i of aggregation C (= the weights α_i of B), the probability that
+    no client is selected in a round (1 - max_i P_i) and the expected number selected (Σ_i P_i = 1)."""
+    rows = []
+    for proto in PROTOCOLS:
+        for name, s in SETTINGS[proto].items():
+            for label, prof in s["profiles"].items():
+                mechs = client_mechanisms(prof, proto, s, reading=sigma_reading)
+                p = selection_probabilities([m.sigma for m in mechs])
+                rows.append({"protocol": proto, "data": name, "profile": label,
+                             "P_i (C) = α_i (B)": " ".join(f"{v:.3f}" for v in p.tolist()),
+                             "P(no client selected)": round(1 - p.max().item(), 3),
+                             "E[clients selected]": round(sum(p.tolist()), 3)})
+    return pd.DataFrame(rows)
+
+
+def lemma_table() -> pd.DataFrame:
+    """Abadi et al.'s Lemma 3, on which the σ_i formula rests, needs q < 1 / (16 σ): checked at every IID setting of
+    :data:`SETTINGS` under both readings, at the smallest σ_i of the grid (the most favourable)."""
+    rows = []
+    for name, s in SETTINGS["iid"].items():
+        for reading in SIGMA_READINGS:
+            sig = min(paper_gaussian_sigma(e, delta=s["delta"], q=s["q"], rounds=s["rounds"], reading=reading)
+                      for e in s["epsilons"])
+            rows.append({"data": name, "reading": reading, "q": s["q"], "smallest sigma": round(sig, 1),
+                         "1 / (16 sigma)": f"{1 / (16 * sig):.2g}", "q < 1 / (16 sigma)": s["q"] < 1 / (16 * sig)})
+    return pd.DataFrame(rows)
+
+
+def blank_repeats(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """``df`` with a value of ``columns`` left blank where it repeats the row above's (for a table grouped by those
+    columns; the groups' first rows keep it)."""
+    out = df.copy()
+    for col in columns:
+        out[col] = out[col].astype(object)
+        rep = out[col].eq(df[col].shift())
+        out.loc[rep, col] = ""
+    return out
+
+
+def _mean_std(a: pd.Series) -> str:
+    return f"{100 * a.mean():.1f} ± {100 * a.std():.1f}"
+
+
+def _setting_of(experiment: str) -> Optional[Mapping[str, Any]]:
+    """The :data:`SETTINGS` entry an experiment key runs under ("iid mnist": the digits protocol), or None."""
+    protocol, _, name = experiment.partition(" ")
+    name = {"mnist": "digits", "covertype_raw": "covertype"}.get(name, name)
+    return SETTINGS.get(protocol, {}).get(name)
+
+
+def scenario_order(final: pd.DataFrame) -> pd.DataFrame:
+    """``final`` (rows with experiment, profile, aggregation) sorted stably into the paper's grid order within each
+    experiment (:func:`grid_scenarios`: no noise, all clients at each ε, the profiles; A, B, C), the experiments in
+    order of first appearance: stored records come in file order, a table should not."""
+    exp_rank = {e: i for i, e in enumerate(dict.fromkeys(final["experiment"]))}
+
+    def rank(row: Any) -> tuple:
+        s = _setting_of(row.experiment)
+        labels = [] if s is None else list(dict.fromkeys(label for _, label, _, _ in grid_scenarios(s)))
+        pos = labels.index(row.profile) if row.profile in labels else len(labels)
+        agg = AGGREGATIONS.index(row.aggregation) if row.aggregation in AGGREGATIONS else len(AGGREGATIONS)
+        return exp_rank[row.experiment], pos, agg
+
+    keys = [rank(r) for r in final[["experiment", "profile", "aggregation"]].itertuples(index=False)]
+    order = sorted(range(len(final)), key=lambda i: keys[i])
+    return final.iloc[order].reset_index(drop=True)
+
+
+def accuracy_table(final: pd.DataFrame) -> pd.DataFrame:
+    """Final test accuracy (%) as "mean ± std" over seeds per experiment and profile (rows, in the paper's grid
+    order: :func:`scenario_order`) and aggregation (columns A, B, C; blank where a scenario has no such run)."""
+    final = scenario_order(final)
+    order = final[["experiment", "profile"]].drop_duplicates()
+    t = (final.groupby(["experiment", "profile", "aggregation"], sort=False)["accuracy"].agg(_mean_std)
+         .unstack("aggregation"))
+    t = t.reindex(pd.MultiIndex.from_frame(order))
+    t = t[[a for a in AGGREGATIONS if a in t.columns]].fillna("")
+    t.columns.name = None
+    return t.reset_index()
+
+
+def plot_experiment(hist: pd.DataFrame, key: str):
+    """Test accuracy (%) per round of the experiment ``key`` (mean ± std over seeds as a band): the
+    non-personalized runs (A) in the first panel, then one panel per personalized profile with A, B and C; two
+    panels per row (:func:`ldptut.display.figure`). Returns the figure."""
+    from ..display import figure, integer_rounds
+
+    df = hist[hist["experiment"] == key]
+    profiles = list(df.loc[df["kind"] == "personalized", "profile"].drop_duplicates())
+    panels = 1 + len(profiles)
+    fig, axes = figure(2, math.ceil(panels / 2), sharey=True, squeeze=False)
+    axes = list(axes.flat)
+    seeds = df["seed"].nunique()
+    parts = [(df[df["kind"] == "non-personalized"], "non-personalized (A)")]
+    parts += [(df[df["profile"] == p], f"profile {p}") for p in profiles]
+    for ax, (part, title) in zip(axes, parts):
+        for (profile, agg), g in part.groupby(["profile", "aggregation"], sort=False):
+            m = g.groupby("round")["accuracy"].agg(["mean", "std"]).fillna(0.0)
+            label = profile if part["kind"].iloc[0] == "non-personalized" else agg
+            ax.plot(m.index, 100 * m["mean"], marker=".", label=label, ls="--" if profile == "no noise" else "-")
+            ax.fill_between(m.index, 100 * (m["mean"] - m["std"]), 100 * (m["mean"] + m["std"]), alpha=0.15)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("communication round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for i, ax in enumerate(axes):
+        if i >= panels:
+            ax.remove()
+        elif i % 2 == 0:
+            ax.set_ylabel("test accuracy (%)")
+    integer_rounds(axes[:panels])
+    fig.suptitle(f"{key}: mean ± std over {seeds} seed{'s' if seeds != 1 else ''}", fontsize=10)
+    return fig
+
+
+def sigma_readings_tables(both: pd.DataFrame, sigma_reading: str) -> dict[str, Any]:
+    """The IID runs under both readings of σ_i (``both``: :func:`final_rounds` of the runs, ``reading`` labelled).
+
+    ``"accuracy"``: final accuracy (%), mean over seeds, per (experiment, profile, aggregation) of the noisy runs,
+    one column per reading; ``"ranking"``: the mean over the personalized profiles per (experiment, reading), A, B,
+    C and their ranking; ``"c_beats_b"``: the "<experiment> <profile>" where C beats B under the other reading."""
+    noisy = both[both["profile"] != "no noise"]
+    acc = (noisy.groupby(["experiment", "profile", "aggregation", "reading"], sort=False)["accuracy"]
+           .mean().mul(100).round(1).unstack("reading"))
+    order = noisy[["experiment", "profile", "aggregation"]].drop_duplicates()
+    acc = acc.reindex(pd.MultiIndex.from_frame(order))  # run order (unstack sorts labels shared across data sets)
+    acc = acc[[r for r in (sigma_reading, OTHER_READING[sigma_reading]) if r in acc.columns]]
+    acc.columns.name = None
+    pers = both[both["kind"] == "personalized"]
+    rank = (pers.groupby(["experiment", "reading", "aggregation"])["accuracy"].mean().mul(100).round(1)
+            .unstack("aggregation"))
+    rank["ranking"] = rank.apply(lambda r: " > ".join(r.sort_values(ascending=False).index), axis=1)
+    rank.columns.name = None
+    wide = pers.groupby(["experiment", "reading", "profile", "aggregation"])["accuracy"].mean().unstack()
+    c_over_b = [f"{e} {p}" for (e, r, p), v in wide.iterrows() if r != sigma_reading and v["C"] > v["B"]]
+    return {"accuracy": acc.reset_index(), "ranking": rank.reset_index(), "c_beats_b": c_over_b}
+
+
+def gains_text(table: pd.DataFrame) -> str:
+    """The gains of :func:`compare`'s table whose paired interval excludes 0, as prose ("none" if no interval does)."""
+    rows = table[table["test"].isin(["gain", "loss"])] if len(table) else table
+    text = "; ".join(f"{r.quantity.split(' (')[0]} on {r.experiment} ({r.ours.split(' ±')[0]} points, "
+                     f"{r['paired 95 % CI']}; the paper: {r.paper})" for _, r in rows.iterrows())
+    return text or "none"
+
+
+def accuracy_range(final: pd.DataFrame, experiment: str) -> str:
+    """The range "lo to hi" of the mean final accuracy (%, over seeds) of the noisy (profile, aggregation) cells of
+    ``experiment`` ("(not run)" when it has none)."""
+    f = final[(final["experiment"] == experiment) & (final["profile"] != "no noise")]
+    m = f.groupby(["profile", "aggregation"])["accuracy"].mean().mul(100)
+    return f"{m.min():.1f} to {m.max():.1f}" if len(m) else "(not run)"
+
+
+def paper_scale_report(stored: pd.DataFrame, p: Mapping[str, Any], *, loaded: Optional[dict] = None
+                       ) -> dict[str, Any]:
+    """What the chapter shows of the stored paper-scale runs (``stored``: :func:`load_runs`; ``p``: the chapter's
+    parameters).
+
+    ``"provenance"``: lines on the records (count, hours of training, commits, code version, sizes and seeds per
+    experiment); ``"no_skill"``: :func:`no_skill_rates` of its experiments; ``"table"``: :func:`compare` of the
+    paper's experiments under ``p["sigma_reading"]``; ``"final"``: every run's last round; ``"numbers"``: the figures the
+    chapter's prose quotes (no-noise and majority rates on Covertype, the best noisy Covertype run, the raw-column
+    check, the Covertype readings' largest difference, C's readings on non-IID digits, non-IID MNIST)."""
+    last = final_rounds(stored)
+    reading = p["sigma_reading"]
+    done = last[(last["reading"] == reading) & last["experiment"].isin(EXPERIMENTS)]  # not our extensions
+    grids = last.drop_duplicates(["experiment", "reading", "seed"])  # one grid: one experiment, reading and seed
+    lines = [f"{len(last)} runs in {len(grids)} grids ({last['train_seconds'].sum() / 3600:.1f} h of training), "
+             f"commits {', '.join(sorted(set(last['commit'].dropna())))}",
+             "code of the runs: " + ", ".join(f"{n} {flag}" for flag, n in last["code"].value_counts().items())]
+    sizes = done.drop_duplicates("experiment").set_index("experiment")
+    sizes = sizes.reindex([k for k in EXPERIMENTS if k in sizes.index])  # the paper's order
+    for key, row in sizes.iterrows():
+        lines.append(f"{key}: {row['n_train']:,} train / {row['n_test']:,} test, {row['rounds']} rounds, "
+                     f"seeds {sorted(set(done[done.experiment == key]['seed']))}")
+    no_skill = no_skill_rates(list(sizes.index), p, loaded=loaded)  # the same test splits (data_seed 0)
+    numbers: dict[str, Any] = {}
+    cov = last[last["experiment"].isin(["iid covertype", "noniid covertype"]) & (last["profile"] != "no noise")]
+    if len(cov):
+        numbers["covertype_noisy_best"] = 100 * cov["accuracy"].max()
+        numbers["covertype_noisy_runs"] = len(cov)
+        by_reading = (cov[cov["experiment"] == "iid covertype"].groupby(["profile", "aggregation", "reading"])
+                      ["accuracy"].mean().mul(100).unstack("reading"))
+        if by_reading.shape[1] == 2:
+            numbers["covertype_readings_max_diff"] = (by_reading.iloc[:, 0] - by_reading.iloc[:, 1]).abs().max()
+    for key in ("iid covertype", "noniid covertype"):
+        nn = done[(done["experiment"] == key) & (done["profile"] == "no noise")]["accuracy"]
+        if len(nn):
+            numbers[f"{key} no noise"] = (100 * nn.mean(), 100 * nn.std())
+    raw = last[last["experiment"] == "iid covertype_raw"]["accuracy"]
+    if len(raw):
+        numbers["iid covertype raw"] = (100 * raw.mean(), 100 * raw.std(), len(raw))
+    creads = last[(last["experiment"] == "noniid digits") & (last["reading"] == reading)]
+    if len(creads):
+        c = c_readings_table(creads)
+        mean = c.loc[("noniid digits", "mean over profiles")]
+        numbers["noniid digits readings"] = {k: mean[k] for k in mean.index if k != "ranking"}
+        numbers["noniid digits seeds"] = creads["seed"].nunique()
+    nm = last[last["experiment"] == "noniid mnist"]
+    if len(nm):
+        numbers["noniid mnist"] = nm
+    return {"provenance": lines, "no_skill": no_skill, "table": compare(done, no_skill=no_skill), "final": done,
+            "last": last, "numbers": {k: _rounded(v) for k, v in numbers.items()}}
+
+
+def _rounded(v: Any, digits: int = 2) -> Any:
+    """Floats (also inside tuples and dicts) as Python floats rounded to ``digits`` decimals: stable printed text."""
+    if isinstance(v, dict):
+        return {k: _rounded(x, digits) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return tuple(_rounded(x, digits) for x in v)
+    if isinstance(v, (float, np.floating)):
+        return round(float(v), digits)
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+def covertype_check(final: pd.DataFrame, raw: pd.DataFrame, *, majority: float) -> Optional[pd.DataFrame]:
+    """Covertype's no-noise final test accuracy (%): the "iid covertype" no-noise runs of ``final`` (the loader's
+    standardised numeric columns) and the "iid covertype_raw" runs of ``raw`` (the raw columns as UCI ships them;
+    :func:`final_rounds` frames, one row per seed), next to always predicting the test set's majority class
+    (``majority``, in [0, 1]) and the paper's number (Section 5.2.2). None when either run is missing."""
+    std = final[(final["experiment"] == "iid covertype") & (final["profile"] == "no noise")]["accuracy"]
+    unscaled = raw[raw["experiment"] == "iid covertype_raw"]["accuracy"]
+    if std.empty or unscaled.empty:
+        return None
+
+    def ms(a: pd.Series) -> str:
+        return f"{100 * a.mean():.1f} ± {100 * a.std():.1f}" if len(a) > 1 else f"{100 * a.mean():.1f}"
+
+    return pd.DataFrame([
+        {"model": "ours, standardised numeric columns", "accuracy (%)": ms(std), "seeds": len(std)},
+        {"model": "ours, raw numeric columns (as UCI ships them)", "accuracy (%)": ms(unscaled), "seeds": len(unscaled)},
+        {"model": "always the majority class (test set)", "accuracy (%)": f"{100 * majority:.1f}", "seeds": ""},
+        {"model": "the paper (Section 5.2.2)", "accuracy (%)": f"{reported('iid covertype', 'no_noise').value:.1f}",
+         "seeds": ""}])
+
+
+# ------------------------------------------------------------------------ the chapter's tables as shown on its page
+def _shown(df: pd.DataFrame, caption: str, *, blank: Sequence[str] = (), **kw: Any):
+    from ..display import table
+
+    return table(blank_repeats(df, blank) if blank else df, caption=caption, **kw)
+
+
+_PRIVACY_SHOWN = {
+    "gaussian": ("IID, Gaussian, the real-valued mechanism: the exact ε at δ_i of the noise the paper adds (sensitivity "
+                 "2c per weight; μ-GDP composition over d weights and R rounds)",
+                 {"ε_i (paper)": "g", "c": "g", "σ_i (adopted)": ",.1f", "σ_i (other)": ",.1f",
+                  "ε per coord per round": ".2f", "ε per model per round": ",.1f", "ε per model, R rounds": ",.1f"}),
+    "sampled": ("IID, Gaussian as sampled (grid law): the ε certified at δ_i (none: no finite ε)", {"ε_i (paper)": "g"}),
+    "ldpsign": ("Non-IID, ldpsign: the exact pure ε* of the sign report per coordinate per round, composed by basic "
+                "composition", {"ε_i (paper, δ=1e-5)": "g", "c": "g", "σ_i": ".2f",
+                                "exact pure ε per coord per round": ".3f", "per model per round (d ε*)": ",.1f",
+                                "per model, R rounds": ",.1f"}),
+}
+
+
+def privacy_shown(priv: Mapping[str, Any], which: str):
+    """:func:`privacy_tables`' table ``which`` ("gaussian", "sampled", "ldpsign") as shown on the page."""
+    caption, fmt = _PRIVACY_SHOWN[which]
+    return _shown(priv[which], caption, number_format=fmt)
+
+
+def selection_shown(selection: pd.DataFrame):
+    """:func:`selection_table` as shown on the page."""
+    return _shown(selection, "The weights of B and the selection probabilities of C per personalized profile",
+                  number_format={"P(no client selected)": ".3f", "E[clients selected]": ".3f"},
+                  headers={"P(no client selected)": "P(no client selected) per round",
+                           "E[clients selected]": "E[clients selected] per round"})
+
+
+def accuracy_shown(accuracy: pd.DataFrame, caption: str):
+    """:func:`accuracy_table` as shown on the page (each experiment named once)."""
+    return _shown(accuracy, caption, blank=["experiment"])
+
+
+def compare_shown(table: pd.DataFrame, no_skill: Mapping[str, float], caption: str):
+    """:func:`compare`'s table as shown on the page, the no-skill rates (%) in the caption."""
+    rates = ", ".join(f"{k} {100 * v:.1f}" for k, v in no_skill.items())
+    return _shown(table, f"{caption}. No-skill rate (%): {rates}", blank=["experiment"],
+                  headers={"paired 95 % CI": "paired 95 % CI (points)"})
+
+
+def readings_shown(readings: Mapping[str, Any], seeds: int):
+    """:func:`sigma_readings_tables`' two tables as shown on the page."""
+    return (_shown(readings["accuracy"], f"Final accuracy (%), mean over {seeds} seeds, under both readings of σ_i",
+                   blank=["experiment", "profile"], number_format=".1f"),
+            _shown(readings["ranking"], "Mean over the personalized profiles (%) and the aggregations' ranking, per "
+                   "reading (the paper's: C > B > A)", number_format=".1f"))
+
+
+def lemma_shown():
+    """:func:`lemma_table` as shown on the page."""
+    return _shown(lemma_table(), "Abadi et al.'s Lemma 3 condition at the paper's IID settings (smallest σ_i of the "
+                  "grid)", number_format={"q": "g", "smallest sigma": ",.1f"})
+
+
+def c_readings_shown(c_table: pd.DataFrame, seeds: int):
+    """:func:`c_readings_table` as shown on the page."""
+    return _shown(c_table.reset_index(), f"Final accuracy (%), personalized profiles, mean over {seeds} seeds; C in "
+                  "each reading (normalisation/draw; sum/round is the adopted one)", blank=["experiment"],
+                  number_format=".1f")
