@@ -506,6 +506,10 @@ def test_accuracy_table_blank_repeats_and_ranges():
     assert shown["experiment"].tolist() == ["iid digits", "", ""] and t["experiment"].tolist() == ["iid digits"] * 3
     assert P.accuracy_range(final, "iid digits") == "50.0 to 55.0"
     assert P.accuracy_range(final, "iid covertype") == "(not run)"
+    assert P.noise_versus_no_noise(final, "iid digits") == (
+        "the noisy runs aggregated with A or B end at 50.0 to 55.0 % (every one below the no-noise run's 80.5 %), "
+        "with C at 52.0 to 52.0 % (means over 2 seeds; standard deviations 0 to 1 points)")
+    assert P.noise_versus_no_noise(final, "iid covertype") == "(not run)"
     table = P.compare(_wu_final(gains_b=[4.0, 6.0, 5.0], gains_c=[10.0, -10.0, 3.0]))
     assert P.gains_text(table) == "gain of B over A on iid digits (+5.0 points, [+2.5, +7.5]; the paper: 5.57)"
     assert P.gains_text(P.compare(_wu_final([1.0, -1.0], [1.0, -1.0]))) == "none"

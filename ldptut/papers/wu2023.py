@@ -58,7 +58,8 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
            "MNIST_EXTENSION", "FEATURES", "model_size", "privacy_tables", "selection_table", "lemma_table",
            "blank_repeats", "accuracy_table", "plot_experiment", "sigma_readings_tables", "gains_text",
            "accuracy_range", "paper_scale_report", "covertype_check", "scenario_order", "privacy_shown",
-           "selection_shown", "accuracy_shown", "compare_shown", "readings_shown", "lemma_shown", "c_readings_shown"]
+           "selection_shown", "accuracy_shown", "compare_shown", "readings_shown", "lemma_shown", "c_readings_shown",
+           "noise_versus_no_noise"]
 
 PAPER = Paper(
     key="wu2023",
@@ -1045,6 +1046,28 @@ def accuracy_range(final: pd.DataFrame, experiment: str) -> str:
     f = final[(final["experiment"] == experiment) & (final["profile"] != "no noise")]
     m = f.groupby(["profile", "aggregation"])["accuracy"].mean().mul(100)
     return f"{m.min():.1f} to {m.max():.1f}" if len(m) else "(not run)"
+
+
+def noise_versus_no_noise(final: pd.DataFrame, experiment: str) -> str:
+    """Prose: where the noisy runs of ``experiment`` end against its no-noise run (means over seeds, %): the range of
+    the noisy scenarios aggregated with A or B and whether every one is above (below) the no-noise mean, C's range,
+    and the spread (standard deviation over seeds) of the A/B and no-noise cells. "(not run)" without the runs."""
+    f = final[final["experiment"] == experiment]
+    if f.empty or not (f["profile"] == "no noise").any():
+        return "(not run)"
+    g = f.groupby(["profile", "aggregation"])["accuracy"]
+    m, sd = g.mean().mul(100), g.std().mul(100)
+    nn = m[("no noise", "A")]
+    ab = [k for k in m.index if k[0] != "no noise" and k[1] in ("A", "B")]
+    c = [k for k in m.index if k[0] != "no noise" and k[1] == "C"]
+    lo, hi = m[ab].min(), m[ab].max()
+    where = "every one above" if lo > nn else "every one below" if hi < nn else "some above and some below"
+    text = f"the noisy runs aggregated with A or B end at {lo:.1f} to {hi:.1f} % ({where} the no-noise run's {nn:.1f} %)"
+    if c:
+        text += f", with C at {m[c].min():.1f} to {m[c].max():.1f} %"
+    spread = sd[ab + [("no noise", "A")]]
+    return text + (f" (means over {f['seed'].nunique()} seeds; standard deviations {spread.min():.0f} to "
+                   f"{spread.max():.0f} points)")
 
 
 def paper_scale_report(stored: pd.DataFrame, p: Mapping[str, Any], *, loaded: Optional[dict] = None
