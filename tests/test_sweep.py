@@ -41,19 +41,30 @@ def test_chapter_parameters_are_the_notebook_defaults_overridden_by_a_parameter_
         sweep.chapter_parameters("pd_ldfl")
 
 
-def test_the_sweep_grid_is_the_chapters_grid():
-    """Every experiment of the chapter at its defaults: Table 2 (3 methods x 2 client counts x 2 variants,
-    2 public-bound runs; each of the 12 also without noise), the ε sweep (3 methods x 3 seeds x (3 ε + no noise)),
-    Table 1 (5 x 5 transforms), Fig. 6 (3 x 3 starts), Fig. 8 (3 methods x 2 alphas x 1 eps). The sweep's seed-0
-    runs at ε = 8 and without noise are Table 2's paper-variant runs at 10 clients (6 keys shared)."""
-    p = sweep.chapter_parameters("pd_ldpfl")
+@pytest.mark.parametrize("params, count, shared", [
+    # defaults: Table 2 (3 methods at 10 clients in the paper's reading + 1 public-bound run), its 3 no-noise twins,
+    # the ε sweep (3 methods x 1 seed x (ε 4, 8 and no noise)), Table 1 (3 x 3 transforms), Fig. 6 (2 x 2 starts),
+    # no Fig. 8. Shared: the sweep's 6 runs at ε = 8 and without noise are Table 2's, Table 1's affine run is Fig. 6's
+    # start (1, 0)
+    (None, {"table 2": 4, "table 2, no noise": 3, "ε sweep": 9, "table 1": 9, "fig. 6": 4, "fig. 8": 0}, 7),
+    # the MNIST page: 3 methods x 4 client counts in the authors' reading and their twins, the sweep (3 x 3 seeds x
+    # (3 ε + no noise)) at its own rounds (nothing shared with Table 2), Table 1 (5 x 5), Fig. 6 (3 x 3)
+    ("pd_ldpfl-paper.yaml",
+     {"table 2": 12, "table 2, no noise": 12, "ε sweep": 36, "table 1": 25, "fig. 6": 9, "fig. 8": 0}, 1),
+    # the CIFAR-10 page: Fig. 8 (3 methods x 4 alphas x 4 ε) beside Table 1 and Fig. 6
+    ("pd_ldpfl-cifar10-paper.yaml",
+     {"table 2": 0, "table 2, no noise": 0, "ε sweep": 0, "table 1": 25, "fig. 6": 9, "fig. 8": 48}, 1),
+])
+def test_the_sweep_grid_is_the_chapters_grid(params, count, shared):
+    """Every experiment of the chapter at the given parameters, counted per experiment; runs that serve two
+    experiments are one key."""
+    p = sweep.chapter_parameters("pd_ldpfl", params and ROOT / "book" / "params" / params)
     g = sweep.chapter_grid("pd_ldpfl", p)
-    count = {e: sum(1 for x, _ in g if x == e)
-             for e in ("table 2", "table 2, no noise", "ε sweep", "table 1", "fig. 6", "fig. 8")}
-    assert count == {"table 2": 14, "table 2, no noise": 12, "ε sweep": 36, "table 1": 25, "fig. 6": 9, "fig. 8": 6}
-    assert len({c.key() for _, c in g}) == len(g) - 6
+    assert {e: sum(1 for x, _ in g if x == e) for e in count} == count
+    assert len({c.key() for _, c in g}) == len(g) - shared
     f8 = [c for e, c in g if e == "fig. 8"]
-    assert {(c.dataset, c.model, c.scope, c.rounds, c.n_train) for c in f8} == {("cifar10", "cnn_pool", "model", 3, 5000)}
+    assert {(c.dataset, c.model, c.rounds) for c in f8} <= {("cifar10", p["cifar_model"], p["cifar_rounds"])}
+    assert {c.n_test for _, c in g} == {p["n_test"]}
 
 
 def test_a_paper_module_without_grid_cannot_be_swept(monkeypatch):
@@ -170,9 +181,24 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
         n_lrs = len(p["lrs"])
         n_dims = len(p["dims"])
         n_f2 = len(p["fig2_tuned_methods"])
-        assert count == {"table 3": 72, "tuning": 72 * n_lrs, "fig 2": 102, "fig 2 tuning": n_f2 * 4 * 2 * n_lrs,
-                         "convergence": 6, "convergence tuning": 6 * n_lrs, "fig 3a": 28, "fig 3b": 24,
-                         "d sweep": 5 * n_lrs * n_dims}
+        n_data, n_models, n_eps = len(p["datasets"]), len(p["models"]), len(p["epsilons"])
+        # Table 3: 9 methods per data set and model; Fig. 2: 12 private methods per ε and 3 without ε per model;
+        # Fig. 3a: 7 methods per ε; Fig. 3b: PS-PM at each mu and PM, per ε; the sweep over d: 5 methods per d
+        assert count == {"table 3": 9 * n_data * n_models, "tuning": 9 * n_data * n_models * n_lrs,
+                         "fig 2": n_models * (12 * n_eps + 3), "fig 2 tuning": n_f2 * n_eps * n_models * n_lrs,
+                         "convergence": 6, "convergence tuning": 6 * n_lrs, "fig 3a": 7 * n_eps,
+                         "fig 3b": (len(p["mus"]) + 1) * n_eps, "d sweep": 5 * n_lrs * n_dims}
+        assert {c.dim for e, c in g if e == "d sweep"} == set(p["dims"])
+        assert {c.dim for e, c in g if e != "d sweep"} == {None}
+        tuning_parts = ("tuning", "fig 2 tuning", "convergence tuning", "d sweep")
+        tuning = [c for e, c in g if e in tuning_parts]
+        assert {c.holdout for c in tuning} == {"validation"} and {c.lr for c in tuning} == set(p["lrs"])
+        assert {c.holdout for e, c in g if e not in tuning_parts} == {"test"}
+        if params is None:   # the defaults (ε 0.5 and 4; Table 3 at ε 2): PM and PS-PM at mu 0.1 at each ε are
+            # Fig. 2's runs in Fig. 3b, NP's Table 3 run on ADULT is Fig. 2's, and NP's tuning runs on ADULT are the
+            # convergence tuning's
+            assert len(set(_keys(g))) == len(g) - 2 * n_eps - 1 - n_lrs
+            continue
         # a run may serve two experiments (PM at ε = 2 in table 3 and fig 2; Fig. 2's tuning runs at ε = 2 of
         # Table 3's methods are Table 3's tuning runs on ADULT); the sweep's over d are all distinct (each has its
         # own d, even d = 100, syn-L's own)
@@ -180,12 +206,6 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
         # the convergence tuning at ε1 = 4 on the first model: NP's runs (no ε) are Table 3's NP tuning runs on ADULT
         assert len(set(_keys(g))) == (214 + 72 * n_lrs + n_f2 * 4 * 2 * n_lrs - shared + 5 * n_lrs * n_dims
                                       + 5 * n_lrs)
-        assert {c.dim for e, c in g if e == "d sweep"} == set(p["dims"])
-        assert {c.dim for e, c in g if e != "d sweep"} == {None}
-        tuning_parts = ("tuning", "fig 2 tuning", "convergence tuning", "d sweep")
-        tuning = [c for e, c in g if e in tuning_parts]
-        assert {c.holdout for c in tuning} == {"validation"} and {c.lr for c in tuning} == set(p["lrs"])
-        assert {c.holdout for e, c in g if e not in tuning_parts} == {"test"}
     assert n_lrs == 10 and n_dims == 5 and {c.repeats for e, c in g if e not in tuning_parts} == {10}
     assert {c.repeats for e, c in g if e in tuning_parts} == {2} and n_f2 == 10
     assert _keys(F.grid(p, parts=["tuning"])) == _keys([x for x in g if x[0] == "tuning"])
