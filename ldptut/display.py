@@ -179,9 +179,10 @@ def table(df: pd.DataFrame, *, caption: str | None = None,
           headers: Mapping[Any, str] | None = None, na_rep: str = "–", header_width: int = HEADER_WIDTH) -> Table:
     """A DataFrame shown as a compact table that fits the book's column; display it as a cell's last expression.
 
-    ``number_format``: for every number, a format spec (``".2f"``), a template (``"{:.1f} %"``) or a callable;
-    or a mapping column -> one of those (other columns keep the default). Default: integers as they are, other
-    numbers with 4 significant digits (``".4g"``). A rounded ``-0.00`` is shown as ``0.00``. Missing values show
+    ``number_format``: a format spec (``".2f"``) or a template (``"{:.1f} %"``) for every non-integer number
+    (integers, such as counts of rounds or seeds, stay integers: ``".1f"`` never shows ``5.0`` rounds), or a
+    callable for every number; or a mapping column -> one of those, applied to every number of that column,
+    integers included (other columns keep the default). Default: integers as they are, other numbers with 4 significant digits (``".4g"``). A rounded ``-0.00`` is shown as ``0.00``. Missing values show
     ``na_rep``. ``index=True`` shows the index levels as the first columns.
 
     Headers wrap between words at about ``header_width`` characters; a short unit in parentheses or brackets
@@ -203,8 +204,10 @@ def table(df: pd.DataFrame, *, caption: str | None = None,
         if unknown:
             raise ValueError(f"number_format names columns the table does not have: {unknown}; columns: {columns}")
         formats = [number_format.get(c) for c in columns]
+        to_integers = [True] * len(columns)
     else:
         formats = [number_format] * len(columns)
+        to_integers = [callable(number_format)] * len(columns)
     headers = dict(headers or {})
     unknown = [k for k in headers if k not in columns]
     if unknown:
@@ -219,7 +222,8 @@ def table(df: pd.DataFrame, *, caption: str | None = None,
             if _is_na(v):
                 col.append(na_rep)
             elif _is_number(v):
-                s = _apply(fmt, v) if fmt is not None else _default_format(v)
+                use = fmt is not None and (to_integers[j] or not isinstance(v, numbers.Integral))
+                s = _apply(fmt, v) if use else _default_format(v)
                 col.append(_no_negative_zero(s))
             else:
                 col.append(str(v))

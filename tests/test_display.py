@@ -86,9 +86,12 @@ def test_number_formats():
                        "m": [np.nan, None]})
     t = table(df)                                                    # default: ints as is, .4g
     assert t.rows == (("1.235", "2.5", "60000", "x", "–"), ("-0.0004", "1e-07", "7", "<y>", "–"))
-    t = table(df, number_format=".2f")                               # one spec for every number
+    t = table(df, number_format=".2f")                               # one spec for every non-integer number
     assert [r[0] for r in t.rows] == ["1.23", "0.00"]                 # -0.00 shown as 0.00
-    assert [r[2] for r in t.rows] == ["60000.00", "7.00"]
+    assert [r[2] for r in t.rows] == ["60000", "7"]                   # counts stay integers, not 7.00
+    assert [r[2] for r in table(df, number_format="{:.1f} %").rows] == ["60000", "7"]
+    assert [r[2] for r in table(df, number_format=lambda v: f"<{v}>").rows] == ["<60000>", "<7>"]   # a callable: all
+    assert [r[0] for r in table(pd.DataFrame({"acc": [97.0, 5.0]}), number_format=".1f").rows] == ["97.0", "5.0"]
     t = table(df, number_format={"a": "{:.1f} %", "n": "{:,}", "b": lambda v: f"{v:.0e}"}, na_rep="n/a")
     assert t.rows[0] == ("1.2 %", "2e+00", "60,000", "x", "n/a")
     assert t.rows[1] == ("0.0 %", "1e-07", "7", "<y>", "n/a")
