@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import fraction, one_of, pos_int, real
+from ._validate import all_finite, finite_rows, fraction, one_of, pos_int, real
 from .accounting import Guarantee
 from .rng import client_generator, generator, pair_generator, round_generator
 from .runconfig import config_value
@@ -544,7 +544,7 @@ def _check_inputs(model: nn.Module, runs: Sequence[Run], x_train: torch.Tensor, 
             raise ValueError(f"{name} must hold floating-point features, got {x.dtype}")
         if dtype is not None and x.dtype != dtype:
             raise ValueError(f"{name} is {x.dtype} but the model's weights are {dtype}: pass {name}.to({dtype})")
-        bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(-1) if x.numel() else torch.zeros(0, dtype=torch.bool)
+        bad = ~finite_rows(x) if x.numel() else torch.zeros(0, dtype=torch.bool)
         if bool(bad.any()):
             raise ValueError(f"{name} holds NaN or inf (in {int(bad.sum())} sample(s), the first is sample "
                              f"{int(bad.nonzero()[0, 0])}): clean the data before training")
@@ -595,7 +595,7 @@ def _privatize(privatizer: Privatizer, payloads: torch.Tensor, ctx: RoundContext
         got = f"shape {tuple(out.shape)}, {out.dtype} on {out.device}" if isinstance(out, torch.Tensor) else repr(out)
         raise ValueError(f"privatizer {privatizer!r} returned {got}; it must return the payloads' shape "
                          f"{tuple(payloads.shape)}, dtype {payloads.dtype} and device {payloads.device}")
-    if not bool(torch.isfinite(out).all()):  # its input was finite (checked by the caller)
+    if not all_finite(out):  # its input was finite (checked by the caller)
         raise FloatingPointError(f"round {ctx.round}: privatizer {privatizer!r} returned NaN or inf from finite payloads")
     return out
 
@@ -608,7 +608,7 @@ def _aggregate(aggregator: Aggregator, payloads: torch.Tensor, ctx: RoundContext
     vec, metrics = result
     if vec.shape != payloads.shape[1:]:
         raise ValueError(f"aggregator {aggregator!r} returned shape {tuple(vec.shape)}, not ({payloads.shape[1]},)")
-    if not bool(torch.isfinite(vec).all()) and bool(torch.isfinite(payloads).all()):
+    if not all_finite(vec) and all_finite(payloads):
         raise FloatingPointError(f"round {ctx.round}: aggregator {aggregator!r} returned NaN or inf from finite payloads")
     return vec, metrics
 
@@ -741,7 +741,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             # local training diverged (non-finite weights): nothing to perturb, and no mechanism takes NaN; the round's
             # model is non-finite, which the divergence check below records ("stop") or raises
             private = run.privatizer is not None
-            lost = private and not bool(torch.isfinite(payloads).all())
+            lost = private and not all_finite(payloads)
             if private and not lost:
                 payloads = _privatize(run.privatizer, payloads, ctx)
             spent = accountants[a].add(run.privatizer, ctx)
@@ -762,7 +762,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             where = f"round {r}{f', run {a}' if len(runs) > 1 else ''}"
             hint = f" (learning rate {lr:g} too large?)" if lr else ""
             diverged = False
-            if not torch.isfinite(glob[a]).all():
+            if not all_finite(glob[a]):
                 if config.on_divergence == "raise":
                     raise FloatingPointError(f"{where}: the global model has non-finite weights{hint}")
                 glob[a], acc, loss, diverged = prev[a], math.nan, math.inf, True

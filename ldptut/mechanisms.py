@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from . import accounting, fpsafe
-from ._validate import delta as _delta, real
+from ._validate import all_finite, delta as _delta, real
 from .accounting import PER_COORDINATE, Guarantee, gaussian_epsilon, gaussian_sigma
 
 __all__ = ["Mechanism", "RandomizedResponse", "TwoPoint", "CorrelatedTwoPoint", "codebook_cdf", "Laplace", "Piecewise", "Hybrid",
@@ -98,13 +98,13 @@ def _to_input_dtype(y: Tensor, dtype: torch.dtype, mech: Any, *, exact: bool = F
     reports beyond the compute dtype's range (a tiny epsilon or a huge radius), reports the input's dtype cannot hold
     (float16 overflows beyond 65504), and, for a mechanism with fixed report values (``exact``), float16 / bfloat16
     reports that the dtype would round (every report moved the same way: a bias)."""
-    if not bool(torch.isfinite(y).all()):
+    if not all_finite(y):
         raise ValueError(f"{mech!r} produced reports beyond the range of {y.dtype} ({_overflow_hint(mech)}); use a "
                          "larger epsilon, a smaller radius, or float64 inputs")
     if y.dtype == dtype:
         return y
     out = y.to(dtype)
-    if not bool(torch.isfinite(out).all()):
+    if not all_finite(out):
         big = y.abs().max().item()
         raise ValueError(f"{mech!r} produced reports up to |{big:.4g}|, which {dtype} cannot represent "
                          f"(largest finite {torch.finfo(dtype).max:g}); pass x as float32 or float64")

@@ -579,3 +579,22 @@ def test_a_failing_local_batch_names_its_client():
     with pytest.raises(RuntimeError, match=r"client 7: local training failed on a batch of 5 sample\(s\)"):
         _train_sequential(model, params, bad_x, torch.zeros(10, dtype=torch.long), [torch.arange(5)[None]],
                           [torch.arange(5)], OptimizerSpec(name="sgd", lr=0.1), layout, client_ids=[7])
+
+
+def test_all_finite_and_finite_rows_agree_with_isfinite():
+    """The engine's fast finiteness checks (one aminmax pass) against torch.isfinite, for NaN and both infinities at
+    the ends and inside a row, in every floating dtype, empty and non-floating tensors included."""
+    from ldptut._validate import all_finite, finite_rows
+
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = torch.randn(4, 7, dtype=torch.float64).to(dtype)
+        assert all_finite(x) and finite_rows(x).all()
+        for bad in (math.nan, math.inf, -math.inf):
+            for pos in ((0, 0), (2, 3), (3, 6)):
+                y = x.clone()
+                y[pos] = bad
+                assert not all_finite(y)
+                assert torch.equal(finite_rows(y), torch.isfinite(y).all(-1))
+    assert all_finite(torch.zeros(0)) and all_finite(torch.arange(5)) and all_finite(torch.ones(3, dtype=torch.bool))
+    assert not all_finite(torch.tensor([1 + 1j, complex(math.nan, 0)]))
+    assert finite_rows(torch.zeros(3, 2, 2)).tolist() == [True] * 3
