@@ -1,6 +1,6 @@
 # Two commands on a fresh machine (see README.md):
 #   make book   -> executes every chapter at its defaults and builds the HTML book into _build/html
-#   make test   -> unit tests + nbval over every chapter notebook in book/
+#   make test   -> unit tests + nbval over every chapter notebook in book/ (make test-slow: the tests marked slow)
 # Other targets: make reproduce CHAPTER=<name>, make bench, make data, make check-html, make clean.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +11,7 @@ BOOK_DATASETS ?= mnist fashion_mnist cifar10
 # Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
 CHAPTERS := $(filter-out book/runs/%,$(wildcard book/*.ipynb))
 
-.PHONY: book test data reproduce bench clean venv check-html
+.PHONY: book test test-slow data reproduce bench clean venv check-html
 
 venv: $(STAMP)
 
@@ -30,7 +30,11 @@ book: data
 	@echo "Book built: _build/html/index.html"
 
 test: data
-	$(BIN)/python -m pytest tests $(CHAPTERS) --nbval-lax --nbval-current-env -p no:cacheprovider
+	$(BIN)/python -m pytest tests $(CHAPTERS) --nbval-lax --nbval-current-env -p no:cacheprovider -m "not slow"
+
+# The tests marked slow (over a minute each on 2 CPU cores: re-training the costliest stored runs' first round)
+test-slow: data
+	$(BIN)/python -m pytest tests -p no:cacheprovider -m slow
 
 # Paper-scale run of one chapter: papermill with book/params/<CHAPTER>[-<RUN>]-paper.yaml
 #   -> book/runs/<CHAPTER>[-<RUN>]-paper.ipynb   (RUN names a variant, e.g. a dataset: RUN=fmnist)
