@@ -31,7 +31,8 @@ def _through_privatize(mech, monkeypatch):
     return sampler
 
 
-@pytest.mark.parametrize("eps", [0.1, 1.0, 5.0])
+@pytest.mark.parametrize("eps", [pytest.param(0.1, marks=pytest.mark.slow), 1.0,
+                                 pytest.param(5.0, marks=pytest.mark.slow)])  # 5-13 s each: ε = 1 in make test
 @pytest.mark.parametrize("cls", GRID_MECHANISMS)
 def test_float32_enumeration_every_report_is_possible_under_both_inputs_and_the_ratio_holds(cls, eps, monkeypatch):
     mech = cls(epsilon=eps, center=C, radius=R)

@@ -21,6 +21,7 @@ the present code draws other reports for them by design. Every cache must hold a
 A cache whose cheapest round took more than ``SLOW_ROUND`` seconds when it was recorded (CIFAR-10's small VGG over 500
 clients: about 70 s, 3 minutes here) is marked ``slow``: ``make test-slow`` re-trains it, ``make test`` does not.
 """
+import functools
 import math
 from pathlib import Path
 
@@ -28,13 +29,19 @@ import pytest
 
 from ldptut.experiments import Runner
 from ldptut.provenance import device_name, kernels_of, numerics_flag, run_mechanisms
-from ldptut.runcache import load_records
+from ldptut.runcache import load_records as _load_records
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHES = sorted(p for p in (ROOT / "book" / "runs" / "cache").iterdir() if p.is_dir() and any(p.glob("*.json")))
 TOLERANCE = 0.01  # accuracy in [0, 1]: 1 point, same CPU kernels
 CROSS_KERNELS_TOLERANCE = 0.03  # 3 points, a record trained with other CPU kernels
 SLOW_ROUND = 20.0  # seconds per round of a cache's cheapest record beyond which its re-training is a slow test
+
+
+@functools.lru_cache(maxsize=None)
+def load_records(cache: Path) -> tuple:
+    """The cache's records, read once per test session (collection and every test read the same caches)."""
+    return tuple(_load_records(cache))
 
 
 def _on_cpu(rec) -> bool:
