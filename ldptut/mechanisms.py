@@ -86,10 +86,8 @@ def _check_tensor(x: Any, name: str = "x") -> Tensor:
 
 
 def _check_finite(x: Tensor) -> None:
-    """Raise on NaN / inf. A finite sum proves every element finite (a NaN or an inf would make it NaN or
-    inf) in one read-only pass; only a non-finite sum (possibly an overflow) takes the exact elementwise test."""
-    total = x.sum(dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
-    if not bool(torch.isfinite(total)) and not bool(torch.isfinite(x).all()):
+    """Raise on NaN / inf (one read-only pass, :func:`ldptut._validate.all_finite`)."""
+    if not all_finite(x):
         raise ValueError("x contains NaN or inf; privatize() needs finite inputs")
 
 
