@@ -10,11 +10,15 @@ and fails (exit 1) on any of:
    resolved, and math elements MathJax left untypeset;
 2. wide outputs: a cell output (``.cell_output`` pre, table, img or div.output) whose scrollWidth exceeds the width
    of the text column (the content box of ``article.bd-article``) by more than ``WIDE_TOLERANCE_PX`` (a page's
-   line names the widest; "cell N" is the N-th code cell shown on the page, ``div.cell``, counted from 0);
+   line names the widest; "cell N" is the N-th code cell shown on the page, ``div.cell``, counted from 0). At a
+   narrow viewport (below ``DESKTOP_MIN_WIDTH``) an output that scrolls sideways inside a box that fits the column
+   (a code listing, a figure kept legible by ``book/_static/ldptut.js``) is counted as "scrolls", not as wide;
+   on the desktop it is wide (its columns would be out of sight);
 3. broken images: an img whose naturalWidth is 0 after loading (and whose ``decode()`` fails);
 4. shrunk figures: an output img drawn below ``SHRINK_RATIO`` of its natural width;
 5. bookkeeping words in the article's visible text (``innerText``, so collapsed and hidden parts do not count):
-   the patterns in ``BOOKKEEPING``.
+   the patterns in ``BOOKKEEPING``;
+6. a page that scrolls sideways as a whole (the document wider than the viewport).
 
 At a viewport narrower than ``DESKTOP_MIN_WIDTH`` (``--width 420``: a phone) it reports only and exits 0 unless
 ``--strict``.
@@ -275,8 +279,17 @@ const shown = el => el.getClientRects().length > 0 && !inClosed(el);
 const desc = el => el.tagName.toLowerCase() + (el.classList.length ? '.' + Array.from(el.classList).slice(0, 3).join('.') : '');
 const outs = Array.from(art.querySelectorAll(
   '.cell_output pre, .cell_output table, .cell_output img, .cell_output div.output')).filter(shown);
-const outputs = outs.map(el => ({cell: cellOf(el), what: desc(el),
-  width: Math.max(el.scrollWidth, Math.ceil(el.getBoundingClientRect().width))}));
+const scrollerOf = el => {  // the element itself or its nearest ancestor inside the output that scrolls sideways
+  const stop = el.closest('.cell_output');
+  for (let e = el; e; e = e === stop ? null : e.parentElement) {
+    const ox = getComputedStyle(e).overflowX;
+    if (ox === 'auto' || ox === 'scroll') return e;
+  }
+  return null;
+};
+const outputs = outs.map(el => { const s = scrollerOf(el); return {cell: cellOf(el), what: desc(el),
+  width: Math.max(el.scrollWidth, Math.ceil(el.getBoundingClientRect().width)),
+  box: s ? Math.ceil(s.getBoundingClientRect().width) : null}; });
 const imgs = Array.from(document.images);
 const images = [];
 for (const i of imgs) {
@@ -307,7 +320,7 @@ for (const sel of excludes) {
   texts[sel] = art.innerText;
   style.remove();
 }
-done({column: column, article: art.tagName.toLowerCase() + (art.className ? '.' + art.className : ''),
+done({page_width: document.documentElement.scrollWidth, column: column, article: art.tagName.toLowerCase() + (art.className ? '.' + art.className : ''),
       viewport: [window.innerWidth, window.innerHeight], cells: cells.length, outputs: outputs, images: images,
       math: math.length, math_typeset: math.filter(m => m.querySelector('mjx-container')).length,
       mjx_containers: document.querySelectorAll('mjx-container').length, mathjax_errors: errs, texts: texts});
@@ -330,7 +343,9 @@ class PageResult:
     math: int = 0
     math_untypeset: int = 0
     mathjax_errors: list = field(default_factory=list)
-    wide: list = field(default_factory=list)        # [{cell, what, width}] one per cell, widest first
+    wide: list = field(default_factory=list)        # [{cell, what, width, box}] one per cell, widest first
+    scrolls: list = field(default_factory=list)     # narrow viewports: outputs scrolling inside a box that fits
+    page_width: int = 0                             # the document's scrollWidth (0: not measured)
     broken: list = field(default_factory=list)
     shrunk: list = field(default_factory=list)      # [{cell, src, natural, drawn, ratio}] worst first
     bookkeeping: list = field(default_factory=list)  # [{pattern, match, context}]
@@ -345,6 +360,8 @@ class PageResult:
             f.append("mathjax")
         if self.wide:
             f.append("wide")
+        if self.page_width > self.width + WIDE_TOLERANCE_PX:
+            f.append("page-wide")
         if self.broken:
             f.append("broken-img")
         if self.shrunk:
@@ -373,6 +390,11 @@ class PageResult:
             w += (f" (widest {top['width']}px > {self.column:.0f}px, cell {top['cell']} {top['what']}; cells "
                   + ",".join(str(x["cell"]) for x in self.wide) + ")")
         parts.append(w)
+        if self.scrolls:
+            parts.append(f"scrolls {len(self.scrolls)} (widest {self.scrolls[0]['width']}px in its "
+                         f"{self.scrolls[0]['box']}px box)")
+        if self.page_width > self.width + WIDE_TOLERANCE_PX:
+            parts.append(f"page {self.page_width}px wide > viewport {self.width}px")
         b = f"broken img {len(self.broken)}"
         if self.broken:
             b += f" ({self.broken[0]['src']})"
@@ -419,12 +441,18 @@ def evaluate(page: str, width: int, state: dict, data: dict, patterns=BOOKKEEPIN
                    math_untypeset=data["math"] - data["math_typeset"] if state.get("mathjax") != "absent"
                    else data["math"])
     r.mathjax_errors = data["mathjax_errors"]
+    r.page_width = int(data.get("page_width") or 0)
+    limit = data["column"] + WIDE_TOLERANCE_PX
     per_cell: dict[int, dict] = {}
+    scrolling: dict[int, dict] = {}
     for o in data["outputs"]:
-        if o["width"] > data["column"] + WIDE_TOLERANCE_PX:
-            if o["cell"] not in per_cell or o["width"] > per_cell[o["cell"]]["width"]:
-                per_cell[o["cell"]] = o
+        if o["width"] > limit:
+            boxed = width < DESKTOP_MIN_WIDTH and o.get("box") is not None and o["box"] <= limit
+            into = scrolling if boxed else per_cell
+            if o["cell"] not in into or o["width"] > into[o["cell"]]["width"]:
+                into[o["cell"]] = o
     r.wide = sorted(per_cell.values(), key=lambda o: -o["width"])
+    r.scrolls = sorted((o for c, o in scrolling.items() if c not in per_cell), key=lambda o: -o["width"])
     r.broken = [i for i in data["images"] if i["broken"]]
     for i in data["images"]:
         if i["output"] and i["shown"] and i["natural"] > 0 and i["drawn"] < SHRINK_RATIO * i["natural"]:

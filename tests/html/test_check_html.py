@@ -1,6 +1,8 @@
 """``tests/html/check_html.py`` (``make check-html``) on tiny synthetic pages shaped like the book's (an
 ``article.bd-article`` column, ``div.cell`` > ``div.cell_output`` outputs): a clean page passes, and each failure kind
-(MathJax error, too-wide output, broken image, shrunk figure, bookkeeping word) is detected on its own page.
+(MathJax error, too-wide output, page wider than the viewport, broken image, shrunk figure, bookkeeping word) is
+detected on its own page; at a phone's width, outputs scrolling in their own box are reported apart, and the book's figure
+script keeps a figure at 0.6 of its drawn width.
 
 The browser tests need selenium, chromium and chromedriver (Debian: apt-get install chromium chromium-driver) and
 are skipped without them; the real-MathJax test needs the MathJax 3 bundle of sphinx-mathjax-offline (the ``book``
@@ -43,10 +45,12 @@ MATHJAX_HEAD = ('<script>MathJax = {"options": {"processHtmlClass": "tex2jax_pro
                 '</script><script defer="defer" src="mathjax/tex-chtml.js"></script>')
 
 
-def page(body: str, head: str = "") -> str:
+def page(body: str, head: str = "", column: int = COLUMN) -> str:
+    # div.cell_output scrolls sideways as in myst-nb's CSS, so a wide output never widens the page itself
     return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title>
-<style>body {{margin: 0; font-family: sans-serif}} .bd-article {{width: {COLUMN}px; padding: 0 20px}}
-.cell_output pre {{overflow: auto; white-space: pre; margin: 0}} img {{max-width: 100%}}</style>{head}</head>
+<style>body {{margin: 0; font-family: sans-serif}} .bd-article {{width: {column}px; padding: 0 20px}}
+div.cell_output {{overflow-x: auto}}
+.cell_output pre, .cell_input pre {{overflow: auto; white-space: pre; margin: 0}} img {{max-width: 100%}}</style>{head}</head>
 <body><nav>TODO in the navigation is not article text</nav><article class="bd-article">{body}</article></body></html>"""
 
 
@@ -93,6 +97,8 @@ def write_site(root: Path) -> dict[str, str]:
         "wide.html": (page(cell("<pre>short</pre>") + cell("<pre>" + "w" * 400 + "</pre>")
                            + cell('<div class="output text_html"><table><tr>' + "<td>cell value</td>" * 80
                                   + "</tr></table></div>")), "wide"),
+        "page_wide.html": (page(cell("<pre>short</pre>") + '<div style="width: 2000px">a wide banner</div>'),
+                           "page-wide"),
         "broken.html": (page(cell('<img src="no-such-figure.png" alt="missing">')), "broken-img"),
         "shrunk.html": (page(cell('<img src="fig1300.png">') + cell('<img src="fig2000.png">')), "shrunk-img"),
         "merror_injected.html": (page(
@@ -182,7 +188,7 @@ def test_the_clean_page_passes(results):
 
 
 @needs_browser
-@pytest.mark.parametrize("name", ["wide.html", "broken.html", "shrunk.html", "merror_injected.html",
+@pytest.mark.parametrize("name", ["wide.html", "page_wide.html", "broken.html", "shrunk.html", "merror_injected.html",
                                   "untypeset.html", "bookkeeping.html", "merror_mathjax.html"])
 def test_each_failure_kind_is_detected_and_only_it(site, results, name):
     _, pages = site
@@ -265,3 +271,51 @@ def test_cli_exit_status_lines_and_json(site, tmp_path, capsys):
     assert "report only" in capsys.readouterr().out
     assert ch.main(args + ["--width", "420", "--strict"]) == 1
     assert ch.main(args + ["--pages", "nothing*"]) == 2
+
+
+# ----------------------------------------------------------------------------------------------- a phone
+PHONE = 420          # viewport, CSS px
+PHONE_COLUMN = 380   # the synthetic column at that viewport
+LDPTUT_JS = HERE.parents[1] / "book" / "_static" / "ldptut.js"
+
+
+@pytest.fixture(scope="module")
+def phone_results(tmp_path_factory):
+    """Two pages at a 420 px viewport: a 1,032 px figure and a wide code listing, without and with the book's
+    figure script (book/_static/ldptut.js)."""
+    root = tmp_path_factory.mktemp("phone")
+    png(root / "fig1032.png", 1032, 400)
+    body = cell('<img src="fig1032.png">') + cell("<pre>" + "w" * 120 + "</pre>")
+    (root / "plain.html").write_text(page(body, column=PHONE_COLUMN))
+    (root / "ldptut.js").write_text(LDPTUT_JS.read_text())
+    (root / "script.html").write_text(page(body, head='<script src="ldptut.js"></script>', column=PHONE_COLUMN))
+    rs = ch.check_pages(root, ["plain.html", "script.html"], width=PHONE, height=800)
+    return {r.page: r for r in rs}
+
+
+@needs_browser
+def test_on_a_phone_outputs_scrolling_in_their_box_are_not_wide(phone_results):
+    r = phone_results["plain.html"]
+    assert r.column == pytest.approx(PHONE_COLUMN, abs=1)
+    # the listing scrolls inside its box: reported, not wide; the figure shrinks to the column (380/1032 = 0.37)
+    assert r.wide == [] and [o["cell"] for o in r.scrolls] == [1] and r.scrolls[0]["box"] <= PHONE_COLUMN + 1
+    assert r.failures == ["shrunk-img"] and r.shrunk[0]["ratio"] == pytest.approx(PHONE_COLUMN / 1032, abs=0.01)
+    assert "scrolls 1 (widest" in r.line()
+
+
+@needs_browser
+def test_the_book_script_keeps_a_figure_at_its_minimum_scale_on_a_phone(phone_results):
+    r = phone_results["script.html"]
+    # ldptut.js draws the figure at ceil(0.6 * 1032) = 620 px inside its output box, which scrolls sideways
+    assert r.failures == [], r.line()
+    assert sorted(o["cell"] for o in r.scrolls) == [0, 1]
+    fig = next(o for o in r.scrolls if o["cell"] == 0)
+    assert fig["width"] == 620 and fig["box"] <= PHONE_COLUMN + 1
+    assert r.page_width <= PHONE
+
+
+@needs_browser
+def test_an_output_scrolling_in_its_box_is_wide_on_the_desktop(tmp_path):
+    (tmp_path / "p.html").write_text(page(cell("<pre>" + "w" * 400 + "</pre>")))
+    (r,) = ch.check_pages(tmp_path, ["p.html"])
+    assert r.scrolls == [] and [o["cell"] for o in r.wide] == [0] and r.failures == ["wide"]
