@@ -5,7 +5,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.ldptut-installed
+BOOK_STAMP := $(VENV)/.ldptut-book        # the package and the book extra
+STAMP  := $(VENV)/.ldptut-installed       # and the test, sweep and check extras
 # Datasets the chapters' default runs read (converted once into data/).
 BOOK_DATASETS ?= mnist fashion_mnist cifar10
 # Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
@@ -15,13 +16,19 @@ CHAPTERS := $(filter-out book/runs/%,$(wildcard book/*.ipynb))
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# make book installs the book's packages only (jupyter-book, papermill: 136 s on a fresh clone); the targets that
+# test, sweep or check add the other extras (Ray, pytest, selenium: 22 s more).
+$(BOOK_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[book]'
+	touch $(BOOK_STAMP)
+
+$(STAMP): $(BOOK_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[book,test,sweep,check]'
 	touch $(STAMP)
 
-data: $(STAMP)
+data: $(BOOK_STAMP)
 	$(BIN)/python -m ldptut.data $(BOOK_DATASETS)
 
 book: data
@@ -29,12 +36,12 @@ book: data
 	$(BIN)/jupyter-book build . --all --builder html -W -n --keep-going  # --all: every chapter re-executed, not only changed ones
 	@echo "Book built: _build/html/index.html"
 
-test: data
+test: data $(STAMP)
 	$(BIN)/python -m pytest tests $(CHAPTERS) --nbval-lax --nbval-current-env -p no:cacheprovider -m "not slow"
 
 # The tests marked slow (left out of make test: re-training the costliest stored runs' first round, 1.5-3 minutes each;
 # the float32 enumerations at epsilon 0.1 and 5, 5-13 s each, where make test keeps epsilon 1)
-test-slow: data
+test-slow: data $(STAMP)
 	$(BIN)/python -m pytest tests -p no:cacheprovider -m slow
 
 # Paper-scale run of one chapter: papermill with book/params/<CHAPTER>[-<RUN>]-paper.yaml
