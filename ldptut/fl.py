@@ -43,7 +43,6 @@ from torch import nn
 from ._validate import all_finite, finite_rows, fraction, one_of, pos_int, real
 from .accounting import Guarantee
 from .rng import client_generator, generator, pair_generator, round_generator
-from .runconfig import config_value
 from .training import LocalSGD, OptimizerSpec, Trainer, batch_schedule
 
 __all__ = [
@@ -145,7 +144,6 @@ class Aggregator(Protocol):
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]: ...
 
 
-@config_value("fixed")
 @dataclass(frozen=True)
 class FixedRange:
     """A public range [center - radius, center + radius] for every coordinate (e.g. LDP-FL's (0, 0.075))."""
@@ -161,7 +159,6 @@ class FixedRange:
         return self.center, self.radius
 
 
-@config_value("adaptive")
 @dataclass(frozen=True)
 class GlobalModelRange:
     """Per-layer range computed by the server from the current global model only (public data).
@@ -200,7 +197,6 @@ def _layer_ranges(g: torch.Tensor, layout: ParamLayout, *, margin: float,
     return torch.stack(centers)[idx], torch.stack(radii)[idx]
 
 
-@config_value("initial")
 @dataclass(frozen=True)
 class InitialModelRange(GlobalModelRange):
     """:class:`GlobalModelRange`'s per-layer rule applied to the run's **initial** global model (round 0, public),

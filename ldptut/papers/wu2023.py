@@ -46,7 +46,7 @@ from ..notebooks import P
 from ..provenance import numerics_flag, run_mechanisms
 from ..rng import generator
 from ..runcache import RunRecord, load_records
-from ..runconfig import RunConfig
+from ..runconfig import RunConfig, TrainingEnv
 from ..training import PerSampleSGD
 from . import Paper, Reported, mean_std, t_interval
 
@@ -521,9 +521,9 @@ class WuRun(RunConfig):
                                data_seed=self.data_seed)
 
     @classmethod
-    def train_group(cls, configs: Sequence["WuRun"], *, runner: Any) -> list[pd.DataFrame]:
+    def train_group(cls, configs: Sequence["WuRun"], *, env: TrainingEnv) -> list[pd.DataFrame]:
         first = configs[0]
-        exp = runner.memo(("wu2023", first.group_key()), first.load_data)
+        exp = env.memo(("wu2023", first.group_key()), first.load_data)
         if (len(exp.y_train), len(exp.y_test)) != (first.n_train, first.n_test):
             raise ValueError(f"{first.experiment}: the data split has {len(exp.y_train)} / {len(exp.y_test)} samples, "
                              f"the runs say {first.n_train} / {first.n_test}")
@@ -537,7 +537,7 @@ class WuRun(RunConfig):
                             privatizer=PersonalizedPerturbation(mechs, clip=c.clip, sign=c.protocol == "noniid")))
         config = FLConfig(rounds=first.rounds, trainer=PerSampleSGD(passes=first.local_passes, alpha=first.alpha,
                                                                    q=first.q if first.protocol == "iid" else 1.0),
-                          client_fraction=1.0, send="weights", device=runner.device, progress=runner.progress,
+                          client_fraction=1.0, send="weights", device=env.device, progress=env.progress,
                           desc=first.experiment, divergence_factor=None)
         res = simulate(config, runs, model=model, x_train=exp.x_train.reshape(len(exp.x_train), -1),
                        y_train=exp.y_train, x_test=exp.x_test.reshape(len(exp.x_test), -1), y_test=exp.y_test)
