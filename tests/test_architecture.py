@@ -96,8 +96,18 @@ def test_no_import_cycle():
     ("ldptut.fl", {"ldptut.runconfig", "ldptut.runcache", "ldptut.experiments", "ldptut.sweep"}),
 ])
 def test_lower_layers_do_not_import_upper_ones(module, forbidden):
-    up = {m for m in GRAPH[module] if m in forbidden or m.startswith("ldptut.papers")}
-    assert not up, f"{module} imports {sorted(up)}"
+    """``module`` and, for a package (the round engine ``ldptut.fl``), each of its modules."""
+    for m in [m for m in GRAPH if m == module or m.startswith(module + ".")]:
+        up = {t for t in GRAPH[m] if t in forbidden or t.startswith("ldptut.papers")}
+        assert not up, f"{m} imports {sorted(up)}"
+
+
+def test_the_round_engine_is_a_package_of_rooms_that_import_no_cycle():
+    rooms = {m for m in GRAPH if m.startswith("ldptut.fl.")}
+    assert rooms >= {"ldptut.fl.engine", "ldptut.fl.privatizers", "ldptut.fl.aggregators", "ldptut.fl.ranges",
+                     "ldptut.fl.checks", "ldptut.fl.layout", "ldptut.fl.context"}
+    # the rooms import each other, never the package's __init__ (which re-exports them)
+    assert not any("ldptut.fl" in GRAPH[m] for m in rooms)
 
 
 def test_only_entry_points_and_paper_modules_import_the_papers():
