@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -273,6 +273,25 @@ class Mechanism:
         w = self._clipped_input(x)
         u = torch.rand(w.shape, generator=generator, dtype=w.dtype, device=w.device)
         return _to_input_dtype(self._sample(w, u), x.dtype, self, exact=self.discrete)
+
+    def privatize_rows(self, x: Tensor, generators: Sequence[Optional[torch.Generator]]) -> Tensor:
+        """Row i of the (n, d) matrix ``x`` randomized with ``generators[i]`` (one client's stream per row): the same
+        reports as ``privatize(x[i], generators[i])`` row by row. On CUDA, where the fused kernel applies, the whole
+        matrix goes through one launch, row i keyed by a seed drawn from ``generators[i]`` as :meth:`privatize` draws
+        it. The one place that decides between the fused kernel and PyTorch, with :meth:`privatize`."""
+        x = _check_tensor(x)
+        if x.ndim != 2 or len(generators) != x.shape[0]:
+            raise ValueError(f"privatize_rows needs an (n, d) matrix and n generators, got shape {tuple(x.shape)} and "
+                             f"{len(generators)} generators")
+        if x.is_cuda and _fused_usable(self, x):
+            from . import kernels
+
+            self._check_range_shape(x[0])
+            return kernels.privatize_rows(self, x, kernels.seeds_from(generators, x.device))
+        out = torch.empty_like(x)
+        for i, g in enumerate(generators):  # one vectorised call per row (its own generator)
+            out[i] = self.privatize(x[i], generator=g)
+        return out
 
     def _sample(self, w: Tensor, u: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

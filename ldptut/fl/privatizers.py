@@ -34,19 +34,8 @@ class LocalPerturbation:
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
         center, radius = self.range(context)
         mech = self.mechanism(epsilon=self.epsilon, center=center, radius=radius, **self.mechanism_kwargs)
-        if payloads.is_cuda and payloads.ndim == 2:
-            from .. import kernels  # imports Triton: only on CUDA
-
-            if kernels.usable(mech, payloads):
-                # the whole (clients x d) matrix in one fused kernel, row i keyed by a seed from client i's
-                # generator: the same reports as the loop below gives on CUDA (each call draws its seed so)
-                mech._check_range_shape(payloads[0])
-                seeds = kernels.seeds_from(context.generators, payloads.device)
-                return kernels.privatize_rows(mech, payloads, seeds)
-        out = torch.empty_like(payloads)
-        for i, g in enumerate(context.generators):  # one vectorised call per client (its own generator)
-            out[i] = mech.privatize(payloads[i], generator=g)
-        return out
+        # row i with client i's own generator (the mechanism decides between its fused CUDA kernel and PyTorch)
+        return mech.privatize_rows(payloads, context.generators)
 
     def guarantee(self, context: RoundContext) -> list[Guarantee]:
         """The mechanism's guarantee (per coordinate per round) for every sampled client."""
