@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._validate import all_finite, fraction
-from ..accounting import Guarantee
+from ..accounting import ClientAccountant
 from ..rng import client_generator, generator, round_generator
 from ..training import LocalSGD, OptimizerSpec, batch_schedule
 from .layout import ParamLayout, load_vector
@@ -79,36 +79,11 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: 
 
 # ------------------------------------------------------------------------------------ simulation
 
-class _Accountant:
-    """Per-client totals of one run's guarantees, composed over d coordinates and rounds."""
-
-    def __init__(self, d: int):
-        self.d = d
-        self.totals: dict[int, Guarantee] = {}
-        self.unprotected = False
-
-    def add(self, privatizer: Optional[Privatizer], ctx: RoundContext) -> Optional[Guarantee]:
-        """Account one round; returns the largest per-round guarantee of a client (None: not stated)."""
-        stated = getattr(privatizer, "guarantee", None)
-        per_row = None if stated is None else stated(ctx)
-        if per_row is None or any(g is None for g in per_row):
-            self.unprotected = True
-            return None
-        worst = None
-        cache: dict[Guarantee, Guarantee] = {}
-        for cid, g in zip(ctx.client_ids.tolist(), per_row):
-            if g not in cache:
-                cache[g] = g.compose(d=self.d)
-            per_round = cache[g]
-            self.totals[cid] = per_round if cid not in self.totals else self.totals[cid] + per_round
-            if worst is None or per_round.epsilon > worst.epsilon:
-                worst = per_round
-        return worst
-
-    def worst_total(self) -> Optional[Guarantee]:
-        if self.unprotected or not self.totals:
-            return None
-        return max(self.totals.values(), key=lambda g: (g.epsilon, g.delta))
+def _stated_guarantees(privatizer: Optional[Privatizer], ctx: RoundContext) -> Optional[list]:
+    """The per-coordinate guarantee of each sampled client's release this round, as the privatizer states it
+    (``guarantee(context)``); None when it states none (no privatizer, or clipping alone)."""
+    stated = getattr(privatizer, "guarantee", None)
+    return None if stated is None else stated(ctx)
 
 
 #: A test loss above this many times that of predicting every class equally likely (ln C) is divergence whatever its
@@ -171,7 +146,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
     n_clients = len(runs[0].partition)
     aggregators = [make_aggregator(r.aggregator) for r in runs]
     sizes = [torch.tensor([len(p) for p in r.partition], dtype=torch.float32) for r in runs]
-    accountants = [_Accountant(layout.numel) for _ in runs]
+    accountants = [ClientAccountant(d=layout.numel) for _ in runs]
     losses: list[list[float]] = [[] for _ in runs]
     session = config.trainer.start(model=model, layout=layout, runs=runs, x_train=x_train, y_train=y_train)
     lr = getattr(config.trainer, "lr", None)
@@ -210,7 +185,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             lost = private and not all_finite(payloads)
             if private and not lost:
                 payloads = _privatize(run.privatizer, payloads, ctx)
-            spent = accountants[a].add(run.privatizer, ctx)
+            spent = accountants[a].step(cids, _stated_guarantees(run.privatizer, ctx))
             if lost:
                 new.append(torch.full_like(glob[a], math.nan))
                 stats.append((len(cids), {}, spent))
@@ -255,7 +230,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
                     batch_size=config.eval_batch_size)
                 row.update(train_accuracy=train_acc, train_loss=train_loss, client_train_accuracy=local_acc[a])
             if spent is not None:
-                total = accountants[a].worst_total()
+                total = accountants[a].spent()
                 row.update(epsilon_round=spent.epsilon, epsilon_total=total.epsilon, delta=total.delta,
                            epsilon_unit=str(total.unit))
             if config.on_divergence == "stop":
@@ -272,7 +247,7 @@ def simulate(config: FLConfig, runs: Sequence[Run], *, model: nn.Module, x_train
             break
     load_state(load_vector(model, layout, glob[0]), 0)
     return FLResult(history=pd.DataFrame(rows), weights=glob, layout=layout, model=model,
-                    guarantees=[acc.worst_total() for acc in accountants])
+                    guarantees=[acc.spent() for acc in accountants])
 
 
 def run_fedavg(model: nn.Module, *, x_train: torch.Tensor, y_train: torch.Tensor, partition: Sequence[torch.Tensor],
