@@ -740,10 +740,10 @@ def no_skill_rates(keys: Sequence[str], p: Mapping[str, Any], *, loaded: Optiona
     return {key: majority_rate((loaded[key] if key in loaded else chapter_experiment(key, p)).y_test) for key in keys}
 
 
-def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
+def compare(runs: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
     """Wu et al.'s reported no-noise accuracy and gains of B and C over A next to ours, per experiment.
 
-    ``final``: the last round of every run (columns experiment "iid digits" etc., kind, profile,
+    ``runs``: the last round of every run (:func:`final_rounds`) (columns experiment "iid digits" etc., kind, profile,
     aggregation, seed, accuracy in [0, 1]). The paper does not say how it averages a gain over
     profiles; ours is the **paired** difference B - A (C - A) of runs with the same seed and profile,
     averaged over the profiles, then mean ± sample std over seeds; "paired 95 % CI" is the t interval of that
@@ -763,18 +763,18 @@ def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = No
         if not 0.0 <= real(rate, f"no_skill[{key!r}]") <= 1.0:
             raise ValueError(f"no_skill[{key!r}] must be an accuracy in [0, 1] (a fraction, not %), got {rate!r}")
     need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
-    if not need <= set(final.columns):
-        raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
-    if "c_reading" in final.columns:  # C in another reading than the adopted one (section 6) is not the paper's C
-        final = final[(final["aggregation"] != "C") | final["c_reading"].isin([C_READINGS[0]])]
-    present = set(final["experiment"])
+    if not need <= set(runs.columns):
+        raise ValueError(f"runs lacks the columns {sorted(need - set(runs.columns))}")
+    if "c_reading" in runs.columns:  # C in another reading than the adopted one (section 6) is not the paper's C
+        runs = runs[(runs["aggregation"] != "C") | runs["c_reading"].isin([C_READINGS[0]])]
+    present = set(runs["experiment"])
     unknown = sorted(present - set(EXPERIMENTS))
     if unknown:
         raise ValueError(f"no reported numbers for experiment(s) {unknown}; known: {EXPERIMENTS}")
     rows = []
     for key in [k for k in EXPERIMENTS if k in present]:  # the paper's order, whatever the order of the runs
         rep = {r.where["quantity"]: r for r in REPORTED if r.where["experiment"] == key}
-        f = final[final["experiment"] == key]
+        f = runs[runs["experiment"] == key]
         nn = 100 * f[f["profile"] == "no noise"]["accuracy"]
         rows.append({"experiment": key, "quantity": "no-noise accuracy (%)", "paper": rep["no_noise"].value,
                      "ours": mean_std(nn, count=False), "paired 95 % CI": "", "test": ""})
