@@ -125,3 +125,14 @@ def test_every_run_kind_trains_in_an_environment_not_the_runner():
     for name, cls in _KINDS.items():
         params = inspect.signature(cls.train_group).parameters
         assert "env" in params and "runner" not in params, f"{name}: train_group{inspect.signature(cls.train_group)}"
+
+
+def test_one_module_per_mechanism():
+    """Each registered mechanism lives in a module of its own (formula, sampler, law and guarantee together), on the
+    shared base; all are importable from ``ldptut.mechanisms``."""
+    from ldptut import mechanisms
+
+    homes = {name: cls.__module__ for name, cls in mechanisms.MECHANISMS.items()}
+    assert len(set(homes.values())) == len(homes), homes
+    assert all(m.startswith("ldptut.mechanisms.") and m != "ldptut.mechanisms.base" for m in homes.values())
+    assert not any("ldptut.mechanisms" in GRAPH[m] for m in GRAPH if m.startswith("ldptut.mechanisms."))

@@ -477,7 +477,7 @@ def test_bad_x(name):
 def test_the_finite_check_is_exact_when_the_sum_overflows_or_infinities_cancel():
     """The fast path (a finite sum) must not hide +inf and -inf together (their sum is NaN) and must not
     reject finite values whose sum overflows."""
-    from ldptut.mechanisms import _check_finite
+    from ldptut.mechanisms.base import _check_finite
 
     both = torch.zeros(1000)
     both[3], both[7] = float("inf"), -float("inf")
