@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ._validate import delta as _delta, pos_int, real
 
-__all__ = ["Unit", "PER_COORDINATE", "Guarantee", "compose_sequential",
+__all__ = ["Unit", "PER_COORDINATE", "Guarantee", "ClientAccountant", "compose_sequential",
            "epsilon_table", "shuffle_amplification", "gaussian_delta", "gaussian_epsilon", "gaussian_sigma",
            "compose_gaussian"]
 
@@ -169,6 +169,50 @@ def compose_sequential(
             if d > 1:
                 raise ValueError(f"deltas[{i}] must be in [0, 1], got {d}")
     return math.fsum(eps), math.fsum(dl)
+
+
+class ClientAccountant:
+    """Per-client privacy spent by one federated run under local DP, by basic composition (Dwork & Roth 2014,
+    Thm. 3.16): in each round a participating client's per-coordinate guarantee (ε, δ) is composed over the model's
+    ``d`` coordinates (d·ε, d·δ per model per round: :meth:`Guarantee.compose`) and added to that client's total
+    over the rounds it took part in. An accountant in the manner of Opacus's: :meth:`step` per round,
+    :meth:`spent` for the total so far (the largest of any client: the run's guarantee to every client).
+
+    A round whose release has no stated guarantee (``None``, e.g. clipping alone) makes the run unprotected from then
+    on: :meth:`spent` is None, never a number that would read as a guarantee."""
+
+    def __init__(self, *, d: int):
+        self.d = pos_int(d, "d")
+        self.totals: dict[int, Guarantee] = {}
+        self.unprotected = False
+
+    def step(self, client_ids: Sequence[int], guarantees: Optional[Sequence[Optional[Guarantee]]]) -> Optional[Guarantee]:
+        """Account one round: client ``client_ids[i]`` released ``guarantees[i]`` per coordinate (None: the round's
+        release states no guarantee). Returns the largest per-model guarantee of a client in this round (None when
+        not stated)."""
+        ids = client_ids.tolist() if isinstance(client_ids, Tensor) else [int(c) for c in client_ids]
+        if guarantees is None or any(g is None for g in guarantees):
+            self.unprotected = True
+            return None
+        if len(guarantees) != len(ids):
+            raise ValueError(f"step: {len(guarantees)} guarantees for {len(ids)} clients")
+        worst = None
+        per_model: dict[Guarantee, Guarantee] = {}
+        for cid, g in zip(ids, guarantees):
+            if g not in per_model:
+                per_model[g] = g.compose(d=self.d)
+            this_round = per_model[g]
+            self.totals[cid] = this_round if cid not in self.totals else self.totals[cid] + this_round
+            if worst is None or this_round.epsilon > worst.epsilon:
+                worst = this_round
+        return worst
+
+    def spent(self) -> Optional[Guarantee]:
+        """The largest total of a client so far (by ε, then δ); None when a round was unprotected or none was
+        accounted."""
+        if self.unprotected or not self.totals:
+            return None
+        return max(self.totals.values(), key=lambda g: (g.epsilon, g.delta))
 
 
 def epsilon_table(guarantee: Guarantee | float, d: int, rounds: int):

@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Hashable, Iterable, Optional, Sequence
@@ -25,11 +27,17 @@ from .fl import (ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, 
                  Run, simulate)
 from .mechanisms import MECHANISMS
 from .provenance import numerics_flag, run_mechanisms
-from .runcache import RunCache, RunRecord, records_table
-from .runconfig import RunConfig, group_indices
+from .provenance import provenance as _provenance
+from .runcache import LOAD_ONLY_ENV, RunCache, RunCacheError, RunRecord, records_table
+from .runconfig import RunConfig, TrainingEnv, config_value, group_indices
 from .training import LocalSGD, OptimizerSpec
 
 __all__ = ["FedAvgRun", "Runner", "CLIP_ONLY"]
+
+# The weight-range rules a run configuration holds, under the names its stored record gives them. Registered here, with
+# the kind that stores them: the round engine (ldptut.fl) knows nothing of the cache key.
+for _name, _rule in (("fixed", FixedRange), ("adaptive", GlobalModelRange), ("initial", InitialModelRange)):
+    config_value(_name)(_rule)
 
 #: ``FedAvgRun.mechanism`` of the clipping-only ablation (clip to the range, no noise; not private).
 CLIP_ONLY = "clip"
@@ -140,10 +148,10 @@ class FedAvgRun(RunConfig):
                         x_test=ds.x_test, y_test=ds.y_test)
 
     @classmethod
-    def train_group(cls, configs: Sequence["FedAvgRun"], *, runner: "Runner") -> list[pd.DataFrame]:
+    def train_group(cls, configs: Sequence["FedAvgRun"], *, env: TrainingEnv) -> list[pd.DataFrame]:
         out = []
         for c in configs:
-            res = c.simulate(runner.dataset(c.dataset), device=runner.device, progress=runner.progress)
+            res = c.simulate(env.dataset(c.dataset), device=env.device, progress=env.progress)
             out.append(res.history.drop(columns="run"))
         return out
 
@@ -171,15 +179,21 @@ def diverged_note(runs: pd.DataFrame) -> str:
 class Runner:
     """Trains or loads the runs a chapter asks for and keeps the chapter's table of them.
 
+    The one place where runs are trained: for each group of runs (configurations sharing a
+    :meth:`~ldptut.runconfig.RunConfig.group_key`) it loads what ``cache`` holds, trains the rest together (the kind's
+    ``train_group``, given a :class:`~ldptut.runconfig.TrainingEnv`), attaches provenance and stores them.
     ``cache``: a :class:`~ldptut.runcache.RunCache`, a directory for one, or None (in memory: a run asked
-    for twice is trained once). Runs whose configurations share a :meth:`~ldptut.runconfig.RunConfig.group_key`
-    are trained together (:meth:`run_all`).
+    for twice is trained once). ``train=False`` (default: off when the environment variable
+    ``LDPTUT_RUNS_LOAD_ONLY=1``) raises for a run that is not stored instead of training it. ``progress`` is the
+    default of each call's own ``progress``.
     """
 
-    def __init__(self, cache: RunCache | str | Path | None = None, *, device: Any = "cpu", progress: bool = True):
+    def __init__(self, cache: RunCache | str | Path | None = None, *, device: Any = "cpu", progress: bool = True,
+                 train: Optional[bool] = None):
         self.cache = cache if isinstance(cache, RunCache) else RunCache(cache)
         self.device = device
         self.progress = progress
+        self.train = (os.environ.get(LOAD_ONLY_ENV, "") not in ("1", "true", "yes")) if train is None else bool(train)
         self._memo: dict[Hashable, Any] = {}
         self._rows: list[tuple[str, RunRecord]] = []
 
@@ -190,31 +204,76 @@ class Runner:
             self._memo[key] = make()
         return self._memo[key]
 
+    def env(self, *, progress: Optional[bool] = None) -> TrainingEnv:
+        """What a run kind's training is given: this runner's device and memo, and ``progress`` (default: the
+        runner's)."""
+        return TrainingEnv(device=self.device, progress=self.progress if progress is None else bool(progress),
+                           memo=self.memo)
+
     def dataset(self, name: str) -> _data.Dataset:
-        return self.memo(("dataset", name), lambda: _data.load_dataset(name, device=self.device))
+        return self.env().dataset(name)
 
     # ---- runs -----------------------------------------------------------------------------------
-    def run_all(self, configs: Sequence[RunConfig]) -> list[RunRecord]:
+    def run_all(self, configs: Sequence[RunConfig], *, progress: Optional[bool] = None) -> list[RunRecord]:
         """The records of ``configs`` in order: stored ones loaded, the others trained, one group at a time."""
         configs = list(configs)
+        env = self.env(progress=progress)
         out: dict[int, RunRecord] = {}
         for idx in group_indices(configs):
             group = [configs[i] for i in idx]
             cls = type(group[0])
-            recs = self.cache.run_many(group, lambda todo: cls.train_group(todo, runner=self), device=self.device)
-            out.update(zip(idx, recs))
+            out.update(zip(idx, self.load_or_train(group, lambda todo: cls.train_group(todo, env=env))))
         return [out[i] for i in range(len(configs))]
 
-    def run(self, config: RunConfig) -> RunRecord:
-        return self.run_all([config])[0]
+    def load_or_train(self, configs: Sequence[RunConfig],
+                      train: Callable[[list[RunConfig]], list[pd.DataFrame]]) -> list[RunRecord]:
+        """Records of ``configs``: the stored ones loaded, the others trained together by ``train(missing)`` (one
+        history per configuration, in order) and stored, each with provenance (its share of the wall time and how
+        many runs were trained together). The cache directory is checked writable before anything is trained."""
+        records: dict[str, RunRecord] = {}
+        missing: dict[str, RunConfig] = {}  # one training per distinct configuration
+        for c in configs:
+            key = c.key()
+            if key in records or key in missing:
+                continue
+            rec = self.cache.load(c)
+            if rec is None:
+                missing[key] = c
+            else:
+                records[key] = rec
+        if missing:
+            todo = list(missing.values())
+            if not self.train:
+                where = self.cache.directory if self.cache.directory is not None else "memory"
+                raise RunCacheError(f"{len(todo)} run(s) are not stored in {where} and training is off "
+                                    f"({LOAD_ONLY_ENV}=1 or train=False); the first: {todo[0]}")
+            self.cache.check_writable(len(todo))
+            t0 = time.perf_counter()
+            histories = train(todo)
+            seconds = time.perf_counter() - t0
+            if len(histories) != len(todo):
+                raise ValueError(f"train returned {len(histories)} histories for {len(todo)} configurations")
+            pairs = []
+            for c, h in zip(todo, histories):
+                prov = _provenance(device=self.device, seconds=seconds / len(todo))
+                if len(todo) > 1:
+                    prov["trained_together"] = len(todo)
+                pairs.append((c, h, prov))
+            for rec in self.cache.store_all(pairs):
+                records[rec.config.key()] = rec
+        return [records[c.key()] for c in configs]
 
-    def record(self, experiment: str, config: RunConfig) -> RunRecord:
+    def run(self, config: RunConfig, *, progress: Optional[bool] = None) -> RunRecord:
+        return self.run_all([config], progress=progress)[0]
+
+    def record(self, experiment: str, config: RunConfig, *, progress: Optional[bool] = None) -> RunRecord:
         """Run ``config`` (or reuse it) and list it under ``experiment`` (once per experiment)."""
-        return self.record_all([(experiment, config)])[0]
+        return self.record_all([(experiment, config)], progress=progress)[0]
 
-    def record_all(self, items: Iterable[tuple[str, RunConfig]]) -> list[RunRecord]:
+    def record_all(self, items: Iterable[tuple[str, RunConfig]], *,
+                   progress: Optional[bool] = None) -> list[RunRecord]:
         items = list(items)
-        records = self.run_all([c for _, c in items])
+        records = self.run_all([c for _, c in items], progress=progress)
         seen = {(e, r.config) for e, r in self._rows}
         for (experiment, _), rec in zip(items, records):
             if (experiment, rec.config) not in seen:

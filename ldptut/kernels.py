@@ -48,6 +48,8 @@ __all__ = ["KINDS", "BLOCK", "available", "enabled", "usable", "seeds_from", "un
 BLOCK = 1024
 #: Kernel branch of each mechanism class (by name, so this module does not import the mechanisms at load time).
 KINDS = {"TwoPoint": 0, "RandomizedResponse": 4}
+#: The module of each class in KINDS: a subclass defined elsewhere (same name, maybe another formula) keeps the torch path.
+_HOMES = {"TwoPoint": "ldptut.mechanisms.two_point", "RandomizedResponse": "ldptut.mechanisms.randomized_response"}
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _SEED_HIGH = 2 ** 62
 _MAX_ROWS = 65_535
@@ -66,8 +68,8 @@ def enabled() -> bool:
 def usable(mech, x: Tensor) -> bool:
     """Whether :meth:`Mechanism.privatize` takes the fused kernel for ``x``: a CUDA float32 / float16 / bfloat16
     tensor with fewer than 2^31 elements, a mechanism in :data:`KINDS`, and :func:`enabled`."""
-    return (x.is_cuda and x.dtype in _DTYPES and 0 < x.numel() < 2 ** 31 and type(mech).__name__ in KINDS
-            and type(mech).__module__ == "ldptut.mechanisms" and enabled())
+    return (x.is_cuda and x.dtype in _DTYPES and 0 < x.numel() < 2 ** 31
+            and _HOMES.get(type(mech).__name__) == type(mech).__module__ and enabled())
 
 
 def seeds_from(generators: Sequence[Optional[torch.Generator]], device: torch.device | str) -> Tensor:

@@ -79,7 +79,7 @@ def plot_accuracy_vs_epsilon(runs: pd.DataFrame, *, series: Mapping[str, str], t
     label): the mean over seeds with its 95 % Student t interval as error bars, each seed's run as a dot, a run whose
     ``accuracy`` is NaN (diverged) as an x at the bottom. Columns used: ``series``, ``eps``, ``accuracy`` (%).
     Series side by side (small x shifts) so the error bars do not hide each other. Returns the figure."""
-    from .papers import t_interval
+    from .intervals import t_interval
 
     inf = float("inf")
     finite = sorted(e for e in set(runs["eps"]) if e != inf)

@@ -12,8 +12,10 @@ train the same configuration both finish with one valid record, and an interrupt
 a half record under a key. A record that cannot be read (corrupted, or of the old format 1) raises
 :class:`RunCacheError` naming the file and what to do; it is never skipped silently.
 
-``LDPTUT_RUNS_LOAD_ONLY=1`` (or ``RunCache(..., train=False)``) makes a missing run an error instead of
-a training: re-rendering a paper-scale page from stored runs can then never start hours of training.
+The cache only loads and stores: :class:`ldptut.experiments.Runner` decides what is missing, trains it and hands the
+finished runs with their provenance to :meth:`RunCache.store_all`. ``LDPTUT_RUNS_LOAD_ONLY=1`` (or
+``Runner(..., train=False)``) makes a missing run an error instead of a training: re-rendering a paper-scale page from
+stored runs can then never start hours of training.
 
 Nothing finished is lost: the directory is checked writable *before* training (an unwritable folder is an error
 naming it, not a surprise after hours); a history value that JSON cannot hold is stored as its number or text, with
@@ -26,16 +28,14 @@ import json
 import math
 import os
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
 from .provenance import numerics_changes, numerics_flag, run_mechanisms
-from .provenance import provenance as _provenance
 from .runconfig import RunConfig, config_from_dict
 
 __all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table", "stored_table", "code_summary",
@@ -155,13 +155,11 @@ class RunCache:
     """Directory of finished runs (``<key>.json``).
 
     ``directory=None`` keeps runs in memory only (a run asked for twice in one session is trained once).
-    ``train=False`` (or the environment variable ``LDPTUT_RUNS_LOAD_ONLY=1``) raises for a run that is not
-    stored instead of training it.
+    It loads (:meth:`load`) and stores (:meth:`store`, :meth:`store_all`); it never trains.
     """
 
-    def __init__(self, directory: str | Path | None, *, train: Optional[bool] = None):
+    def __init__(self, directory: str | Path | None):
         self.directory = None if directory is None else Path(directory)
-        self.train = (os.environ.get(LOAD_ONLY_ENV, "") not in ("1", "true", "yes")) if train is None else train
         self._memory: dict[str, RunRecord] = {}
 
     def path(self, config: RunConfig) -> Optional[Path]:
@@ -213,7 +211,7 @@ class RunCache:
         self._memory[config.key()] = record
         return record
 
-    def _store_all(self, pairs: Sequence[tuple[RunConfig, pd.DataFrame, dict]]) -> list[RunRecord]:
+    def store_all(self, pairs: Sequence[tuple[RunConfig, pd.DataFrame, Mapping[str, Any]]]) -> list[RunRecord]:
         """Store every finished run; a run that cannot be written is pickled to a fallback file and the error,
         raised after the others are stored, names it."""
         import pickle
@@ -231,48 +229,6 @@ class RunCache:
             raise RunCacheError(f"{len(failed)} finished run(s) could not be stored in {self.directory}; each was "
                                 f"pickled to a fallback file: " + "; ".join(failed))
         return out
-
-    def run_many(self, configs: Sequence[RunConfig], train: Callable[[list[RunConfig]], list[pd.DataFrame]], *,
-                 device: Any = "cpu") -> list[RunRecord]:
-        """Records of ``configs``: the stored ones loaded, the others trained together by ``train(missing)``
-        (one history per config) and stored, each with provenance (its share of the wall time and how many
-        runs were trained together)."""
-        records: dict[str, RunRecord] = {}
-        missing: dict[str, RunConfig] = {}  # one training per distinct configuration
-        for c in configs:
-            key = c.key()
-            if key in records or key in missing:
-                continue
-            rec = self.load(c)
-            if rec is None:
-                missing[key] = c
-            else:
-                records[key] = rec
-        if missing:
-            todo = list(missing.values())
-            if not self.train:
-                where = self.directory if self.directory is not None else "memory"
-                raise RunCacheError(f"{len(todo)} run(s) are not stored in {where} and training is off "
-                                    f"({LOAD_ONLY_ENV}=1 or train=False); the first: {todo[0]}")
-            self.check_writable(len(todo))
-            t0 = time.perf_counter()
-            histories = train(todo)
-            seconds = time.perf_counter() - t0
-            if len(histories) != len(todo):
-                raise ValueError(f"train returned {len(histories)} histories for {len(todo)} configurations")
-            pairs = []
-            for c, h in zip(todo, histories):
-                prov = _provenance(device=device, seconds=seconds / len(todo))
-                if len(todo) > 1:
-                    prov["trained_together"] = len(todo)
-                pairs.append((c, h, prov))
-            for rec in self._store_all(pairs):
-                records[rec.config.key()] = rec
-        return [records[c.key()] for c in configs]
-
-    def run(self, config: RunConfig, train: Callable[[], pd.DataFrame], *, device: Any = "cpu") -> RunRecord:
-        """Load the run of ``config`` or call ``train()`` (returning its history) and store it."""
-        return self.run_many([config], lambda todo: [train()], device=device)[0]
 
 
 def load_records(directory: str | Path) -> list[RunRecord]:

@@ -4,7 +4,8 @@ A :class:`RunConfig` holds everything that determines a training run's numbers (
 model, clients, rounds, seed and the kind's own settings). It is
 
 * the key of :class:`ldptut.runcache.RunCache` (:meth:`RunConfig.key`: SHA-256 of its canonical JSON);
-* what builds the simulator call (each kind's :meth:`RunConfig.train_group`);
+* what builds the simulator call (each kind's :meth:`RunConfig.train_group`, given a :class:`TrainingEnv`: the
+  device, progress bars and a memo for loaded data, never the runner that called it);
 * what a paper module's ``compare(runs)`` filters on (``runs["config"]`` holds the objects).
 
 Values are normalised when the object is made, so equal settings give one key whatever their Python
@@ -24,9 +25,9 @@ import math
 import numbers
 import types
 import typing
-from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Hashable, Mapping, Optional, Sequence
 
-__all__ = ["RunConfig", "config_from_dict", "config_value", "config_key", "group_indices"]
+__all__ = ["RunConfig", "TrainingEnv", "config_from_dict", "config_value", "config_key", "group_indices"]
 
 _KINDS: dict[str, type["RunConfig"]] = {}
 _VALUES: dict[str, type] = {}
@@ -189,26 +190,46 @@ class RunConfig:
         return self
 
     @classmethod
-    def train_group(cls, configs: Sequence["RunConfig"], *, runner: Any) -> list:
-        """Train ``configs`` (one group) and return one per-round history (``pandas.DataFrame``) each."""
+    def train_group(cls, configs: Sequence["RunConfig"], *, env: "TrainingEnv") -> list:
+        """Train ``configs`` (one group) in ``env`` and return one per-round history (``pandas.DataFrame``) each."""
         raise NotImplementedError(f"{cls.__name__} does not say how to train it")
+
+
+def _no_memo(key: Hashable, make: Callable[[], Any]) -> Any:
+    return make()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingEnv:
+    """What a run kind's :meth:`RunConfig.train_group` is given: the ``device`` to train on, whether to show
+    ``progress`` bars, and ``memo(key, make)``, which returns ``make()`` once per key for as long as the caller keeps
+    it (:class:`ldptut.experiments.Runner` shares its own, so a chapter's tables and its runs load a data set once;
+    the default memo keeps nothing)."""
+
+    device: Any = "cpu"
+    progress: bool = True
+    memo: Callable[[Hashable, Callable[[], Any]], Any] = _no_memo
+
+    def dataset(self, name: str) -> Any:
+        """The data set ``name`` (:func:`ldptut.data.load_dataset` on ``device``), once per memo."""
+        from . import data
+
+        return self.memo(("dataset", name), lambda: data.load_dataset(name, device=self.device))
 
 
 def config_from_dict(doc: Mapping[str, Any]) -> RunConfig:
     """The typed configuration stored as ``doc`` (:meth:`RunConfig.to_dict`), of any registered kind.
 
-    Kinds register when their module is imported; the paper modules are imported here on demand.
+    A kind registers when the module defining it is imported (:class:`ldptut.experiments.FedAvgRun`, a paper's kinds
+    in ``ldptut.papers.<paper>``); this module imports none of them (it is the lowest layer): whoever reads records
+    imports the modules of the kinds it expects.
     """
     if not isinstance(doc, Mapping) or "kind" not in doc:
         raise ValueError(f"not a run configuration (no 'kind'): {doc!r}")
     name = doc["kind"]
     if name not in _KINDS:
-        import ldptut.experiments  # noqa: F401  (registers the generic kinds)
-        from ldptut.papers import paper_modules
-
-        paper_modules()  # registers every paper's kinds
-    if name not in _KINDS:
-        raise ValueError(f"unknown run configuration kind {name!r}; known: {sorted(_KINDS)}")
+        raise ValueError(f"unknown run configuration kind {name!r}: import the module that defines it (FedAvgRun: "
+                         f"ldptut.experiments; a paper's kinds: ldptut.papers.<paper>); registered: {sorted(_KINDS)}")
     cls = _KINDS[name]
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(doc) - names - {"kind"})

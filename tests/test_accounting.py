@@ -207,3 +207,26 @@ def test_gaussian_epsilon_with_a_total_variation_term():
     assert str(Guarantee(epsilon=math.inf, delta=1e-3, mu=30.0, tv=1e-9)) == "no finite ε certified at δ = 0.001 per coordinate per round"
     with pytest.raises(ValueError, match="needs mu"):
         Guarantee(epsilon=1.0, delta=1e-5, tv=1e-9)
+
+
+# ---- the per-client accountant the round engine uses ------------------------------------------------
+def test_client_accountant_composes_over_coordinates_and_the_rounds_each_client_took_part_in():
+    from ldptut.accounting import ClientAccountant, Guarantee
+
+    acc = ClientAccountant(d=3)
+    g = Guarantee(epsilon=0.5)                      # per coordinate
+    assert acc.spent() is None                      # nothing accounted yet
+    r1 = acc.step([0, 1], [g, g])
+    assert r1.epsilon == pytest.approx(1.5) and r1.delta == 0       # 3 coordinates x 0.5, per model per round
+    acc.step(torch.tensor([0]), [Guarantee(epsilon=0.25, delta=1e-6)])
+    # client 0: 1.5 + 0.75 over two rounds, delta 3e-6; client 1: 1.5 after one
+    assert acc.totals[0].epsilon == pytest.approx(2.25) and acc.totals[0].delta == pytest.approx(3e-6)
+    assert acc.totals[1].epsilon == pytest.approx(1.5)
+    assert acc.spent().epsilon == pytest.approx(2.25)
+    with pytest.raises(ValueError, match="2 guarantees for 1 clients"):
+        acc.step([0], [g, g])
+    # a round without a stated guarantee (clipping alone): unprotected from then on, never a number
+    assert acc.step([1], None) is None and acc.spent() is None
+    assert acc.step([1], [g]) is not None and acc.spent() is None
+    with pytest.raises(ValueError, match="d"):
+        ClientAccountant(d=0)

@@ -31,6 +31,34 @@ def test_every_paper_has_the_same_face_and_its_files(module):
     assert (ROOT / "tests" / f"test_{paper.key}.py").is_file()
 
 
+@pytest.mark.parametrize("module", paper_modules(), ids=PAPERS)
+def test_every_paper_module_has_the_same_signatures(module):
+    """The face the sweep and the chapters use, checked by signature: ``PARAMETERS`` (name -> validator, the
+    chapter's parameter names), ``grid(p, *, ...)`` (the whole grid from the parameters), ``compare(runs, *, ...)``
+    (paper vs ours from runs), and, where a grid has a second stage, ``followup(p, table)``; extra parameters are
+    keyword-only with defaults, so every module is called the same way."""
+    import inspect
+
+    from ldptut.sweep import notebook_parameters
+
+    def positional(fn):
+        ps = list(inspect.signature(fn).parameters.values())
+        extra = [q for q in ps if q.kind is not inspect.Parameter.KEYWORD_ONLY]
+        assert all(q.default is not inspect.Parameter.empty for q in ps if q.kind is inspect.Parameter.KEYWORD_ONLY), \
+            f"{module.__name__}.{fn.__name__}: keyword-only parameters need defaults"
+        return [q.name for q in extra]
+
+    assert positional(module.grid) == ["p"], f"{module.__name__}.grid{inspect.signature(module.grid)}"
+    assert positional(module.compare) == ["runs"], f"{module.__name__}.compare{inspect.signature(module.compare)}"
+    if hasattr(module, "followup"):
+        assert positional(module.followup)[:1] == ["p"] and len(positional(module.followup)) == 2
+    assert isinstance(module.PARAMETERS, dict) and all(callable(v) for v in module.PARAMETERS.values())
+    defaults = notebook_parameters(ROOT / f"{module.PAPER.chapter}.ipynb")
+    assert set(module.PARAMETERS) == set(defaults), (
+        f"{module.__name__}.PARAMETERS and the chapter's parameters cell differ: "
+        f"{sorted(set(module.PARAMETERS) ^ set(defaults))}")
+
+
 def test_the_introduction_lists_every_chapter_in_book_order():
     """The intro's chapter list is checked against the paper modules (their one-line descriptions); a bullet may make
     its title a link to the chapter ([text](target) is read as its text)."""

@@ -673,7 +673,7 @@ def test_gains_losses_and_compare_from_real_runs():
 
     grid = F.configs(datasets=["syn_l"], models=["logistic"], epsilons=[2.0],
                      methods=["PM", "U-PM", "PS-PM", "PS-PM-C"], folds=3, repeats=1)
-    runner = Runner(RunCache(None, train=True), progress=False)
+    runner = Runner(None, train=True, progress=False)
     table = F.runs_table(runner.record_all([("table 3", c) for _, c in grid]))
     assert len(table) == 4 and table["accuracy"].between(0, 100).all()
     acc = {c.method: a for c, a in zip(table["config"], table["accuracy"])}

@@ -373,7 +373,7 @@ def test_the_input_check_leaves_a_batchnorm_model_untouched():
     data = _toy()
     x = data["x_train"].expand(-1, 3, -1, -1).contiguous()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    fl._check_inputs(model, [fl.Run(seed=0, partition=data["partition"])], x, data["y_train"],
+    fl.checks._check_inputs(model, [fl.Run(seed=0, partition=data["partition"])], x, data["y_train"],
                      x[:10], data["y_train"][:10])
     assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 

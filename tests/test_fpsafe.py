@@ -235,7 +235,7 @@ def _gaussians():
 def test_gaussian_cumulatives_match_a_50_digit_computation():
     """F_k and G_k = 1 - F_k of the Gaussian grid law against mpmath, 10 times inside the bound the guarantee uses."""
     mpmath = pytest.importorskip("mpmath")
-    from ldptut.mechanisms import _GaussianGrid
+    from ldptut.mechanisms.gaussian import _GaussianGrid
 
     mpmath.mp.dps = 50
     psi = lambda z: z * mpmath.ncdf(z) + mpmath.npdf(z)  # noqa: E731

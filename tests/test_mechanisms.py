@@ -215,6 +215,22 @@ def test_shape_dtype_device_and_determinism(name, dtype):
     assert torch.equal(y, mech.privatize(x.contiguous(), generator(1)))
 
 
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_privatize_rows_is_privatize_row_by_row_with_each_rows_generator(name):
+    """The (clients x d) entry point of the round engine: row i is ``privatize(x[i], generators[i])``, bit for bit."""
+    mech = build(name, 1.0)
+    x = _input_for(name, (4, 50), torch.float32)
+    gens = [generator(7, name, i) for i in range(4)]
+    rows = mech.privatize_rows(x, gens)
+    assert rows.shape == x.shape and rows.dtype == x.dtype
+    for i in range(4):
+        assert torch.equal(rows[i], mech.privatize(x[i], generator(7, name, i)))
+    with pytest.raises(ValueError, match=r"an \(n, d\) matrix and n generators, got shape \(4, 50\) and 3"):
+        mech.privatize_rows(x, gens[:3])
+    with pytest.raises(ValueError, match=r"got shape \(50,\) and 1"):
+        mech.privatize_rows(x[0], gens[:1])
+
+
 def test_draws_come_from_the_generator():
     """TwoPoint output equals the textbook formula applied to torch.rand from the same generator."""
     mech = TwoPoint(epsilon=1.0, center=0.5, radius=2.0)
@@ -461,7 +477,7 @@ def test_bad_x(name):
 def test_the_finite_check_is_exact_when_the_sum_overflows_or_infinities_cancel():
     """The fast path (a finite sum) must not hide +inf and -inf together (their sum is NaN) and must not
     reject finite values whose sum overflows."""
-    from ldptut.mechanisms import _check_finite
+    from ldptut.mechanisms.base import _check_finite
 
     both = torch.zeros(1000)
     both[3], both[7] = float("inf"), -float("inf")

@@ -1,17 +1,20 @@
-"""Typed run configurations (ldptut.runconfig) and the run cache keyed by them (ldptut.runcache)."""
+"""Typed run configurations (ldptut.runconfig), the run cache keyed by them (ldptut.runcache), and the runner that
+loads or trains them (ldptut.experiments.Runner)."""
+import dataclasses
 import json
 import math
 import multiprocessing as mp
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from ldptut.experiments import FedAvgRun
+from ldptut.experiments import FedAvgRun, Runner
 from ldptut.fl import FixedRange, GlobalModelRange
 from ldptut.runcache import RunCache, RunCacheError, load_records, load_runs
-from ldptut.runconfig import config_from_dict
+from ldptut.runconfig import RunConfig, TrainingEnv, config_from_dict
 
 
 def _cfg(**kw):
@@ -21,6 +24,14 @@ def _cfg(**kw):
 
 def _history(acc):
     return pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc], "loss": [2.3, 1 / 3]})
+
+
+def _run(where, config, make, **kw):
+    """The record of ``config``: loaded from ``where`` (a runner, a run cache or its directory) or trained by
+    ``make()`` (its history) through :meth:`Runner.load_or_train`, the one place that trains and stores; ``kw`` goes
+    to the :class:`Runner`."""
+    runner = where if isinstance(where, Runner) else Runner(where, progress=False, **kw)
+    return runner.load_or_train([config], lambda todo: [make()])[0]
 
 
 # ---- the typed configuration --------------------------------------------------------------------
@@ -80,14 +91,14 @@ def test_run_trains_once_then_loads_identical_history(tmp_path):
         calls.append(1)
         return _history(0.9624)
 
-    first = cache.run(_cfg(), train)
-    second = RunCache(tmp_path).run(_cfg(), train)
+    first = _run(cache, _cfg(), train)
+    second = _run(tmp_path, _cfg(), train)
     assert len(calls) == 1 and not first.loaded and second.loaded
     pd.testing.assert_frame_equal(first.history, second.history, check_exact=True)
     assert second.final_accuracy == 0.9624 and second.config == _cfg()
     prov = second.provenance
     assert prov["commit"] and prov["device"].startswith("cpu: ") and prov["torch"] and prov["seconds"] >= 0
-    cache.run(_cfg(seed=1), train)
+    _run(cache, _cfg(seed=1), train)
     assert len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 2
 
 
@@ -95,16 +106,18 @@ def test_without_directory_a_run_is_trained_once_per_session():
     cache = RunCache(None)
     calls = []
     for _ in range(2):
-        cache.run(_cfg(), lambda: calls.append(1) or _history(0.5))
+        _run(cache, _cfg(), lambda: calls.append(1) or _history(0.5))
     assert len(calls) == 1
 
 
 def test_load_only_mode_refuses_to_train(tmp_path, monkeypatch):
     with pytest.raises(RunCacheError, match="not stored .*training is off"):
-        RunCache(tmp_path, train=False).run(_cfg(), lambda: _history(0.5))
+        _run(tmp_path, _cfg(), lambda: _history(0.5), train=False)
     monkeypatch.setenv("LDPTUT_RUNS_LOAD_ONLY", "1")
     with pytest.raises(RunCacheError, match="LDPTUT_RUNS_LOAD_ONLY"):
-        RunCache(tmp_path).run(_cfg(), lambda: _history(0.5))
+        _run(tmp_path, _cfg(), lambda: _history(0.5))
+    # the cache itself never trains: it only loads and stores
+    assert not hasattr(RunCache, "run") and not hasattr(RunCache, "run_many")
 
 
 def _write_many(directory, seed, n):
@@ -130,7 +143,7 @@ def test_two_writers_of_one_key_both_finish_with_a_valid_record(tmp_path):
 
 def test_corrupted_and_old_records_are_named(tmp_path):
     cache = RunCache(tmp_path)
-    rec = cache.run(_cfg(), lambda: _history(0.5))
+    rec = _run(cache, _cfg(), lambda: _history(0.5))
     text = rec.path.read_text()
     rec.path.write_text(text[: len(text) // 2])  # an interrupted copy
     with pytest.raises(RunCacheError, match=f"{rec.path.name} is not a readable run record.*corrupted"):
@@ -148,9 +161,9 @@ def test_corrupted_and_old_records_are_named(tmp_path):
 def test_load_runs_lists_every_stored_run_with_its_final_accuracy(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     priv = dict(mechanism="two_point", epsilon=1.0, range=FixedRange(0.0, 0.075))
-    RunCache(a).run(_cfg(**priv), lambda: _history(0.9))
-    RunCache(a).run(_cfg(), lambda: _history(0.95))
-    RunCache(b).run(_cfg(seed=1, **priv), lambda: _history(0.8))
+    _run(a, _cfg(**priv), lambda: _history(0.9))
+    _run(a, _cfg(), lambda: _history(0.95))
+    _run(b, _cfg(seed=1, **priv), lambda: _history(0.8))
     runs = load_runs(a, b)
     assert len(runs) == 3 and set(runs["cache"]) == {a.as_posix(), b.as_posix()}
     got = runs.sort_values(["seed", "accuracy"])[["seed", "accuracy"]].to_numpy().tolist()
@@ -232,7 +245,7 @@ def test_records_keep_their_numerics_version_and_pages_flag_older_ones(tmp_path,
     from ldptut.experiments import Runner
 
     cache = RunCache(tmp_path)
-    rec = cache.run(_cfg(), lambda: _history(0.9))
+    rec = _run(cache, _cfg(), lambda: _history(0.9))
     assert rec.provenance["numerics"] == provenance.NUMERICS
     assert load_runs(tmp_path)["numerics"].tolist() == [provenance.NUMERICS]
     runner = Runner(tmp_path, progress=False)
@@ -288,7 +301,7 @@ def test_a_record_names_the_commit_its_process_imported_not_the_head_when_stored
         raise AssertionError("the stored commit must not be looked up when the record is stored")
 
     monkeypatch.setattr(provenance, "package_commit", later_head)
-    rec = RunCache(tmp_path).run(_cfg(), lambda: _history(0.5))
+    rec = _run(tmp_path, _cfg(), lambda: _history(0.5))
     assert rec.provenance["commit"] == provenance.IMPORTED_COMMIT
 
 
@@ -299,7 +312,7 @@ def test_an_unwritable_cache_directory_is_refused_before_training(tmp_path):
     cache = RunCache(blocker / "cache")  # its parent is a file: no record can ever be written there
     trained = []
     with pytest.raises(RunCacheError, match=r"a-file/cache is not writable.*1 run\(s\) would be trained and then lost"):
-        cache.run(_cfg(), lambda: trained.append(1) or _history(0.9))
+        _run(cache, _cfg(), lambda: trained.append(1) or _history(0.9))
     assert trained == []  # refused before any training
 
 
@@ -310,7 +323,7 @@ def test_history_values_json_cannot_hold_are_stored_as_numbers_or_text(tmp_path)
     h["count"] = pd.Series([np.int64(3), np.int64(4)], dtype=object)
     h["note"] = pd.Series([{"a"}, torch.tensor(2.5)], dtype=object)
     with pytest.warns(RuntimeWarning, match=r"\['count', 'note'\].*stored as numbers or text"):
-        rec = RunCache(tmp_path).run(_cfg(), lambda: h)
+        rec = _run(tmp_path, _cfg(), lambda: h)
     back = load_records(tmp_path)[0]
     assert back.history["count"].tolist() == [3.0, 4.0] and back.history["note"].tolist() == ["{'a'}", 2.5]
     assert back.history["accuracy"].tolist() == rec.history["accuracy"].tolist()
@@ -332,7 +345,7 @@ def test_a_run_that_cannot_be_written_is_pickled_and_the_others_are_stored(tmp_p
     monkeypatch.setattr(rc, "_write_record", flaky)
     cache = RunCache(tmp_path)
     with pytest.raises(RunCacheError, match=r"1 finished run\(s\) could not be stored.*disk full.*\.pkl") as err:
-        cache.run_many([_cfg(seed=0), bad], lambda todo: [_history(0.5), _history(0.6)])
+        Runner(cache, progress=False).load_or_train([_cfg(seed=0), bad], lambda todo: [_history(0.5), _history(0.6)])
     assert [r.config.seed for r in load_records(tmp_path)] == [0]  # the other run is stored
     fallback = str(err.value).rsplit("-> ", 1)[1]
     with open(fallback, "rb") as fh:
@@ -350,3 +363,35 @@ def test_stored_table_keeps_the_experiment_of_each_stored_run_and_lists_the_miss
     assert t["experiment"].tolist() == ["a", "c"] and t["seed"].tolist() == [1, 2]
     assert t.attrs["missing"] == [_cfg(seed=3).key()]
     assert len(stored_table([("b", _cfg(seed=3))], RunCache(tmp_path))) == 0
+
+
+# ---- the runner trains, a kind's training is given an environment, not the runner ----------------
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _EnvProbe(RunConfig):
+    """A run kind whose training records what it was given and returns a fixed history."""
+    kind: ClassVar[str] = "test-env-probe"
+    seen: ClassVar[list] = []
+
+    @classmethod
+    def train_group(cls, configs, *, env):
+        cls.seen.append(env)
+        env.memo(("probe-data",), lambda: cls.seen.append("made") or 1)
+        return [_history(0.5 + 0.1 * c.seed) for c in configs]
+
+
+def test_a_kind_trains_in_a_training_env_with_the_runners_device_memo_and_per_call_progress(tmp_path):
+    _EnvProbe.seen.clear()
+    runner = Runner(tmp_path, device="cpu", progress=True)
+    base = dict(paper="test", dataset="none", model="none", n_clients=1, rounds=2)
+    recs = runner.run_all([_EnvProbe(**base, seed=0), _EnvProbe(**base, seed=1)], progress=False)
+    assert [r.final_accuracy for r in recs] == [0.5, 0.6]
+    runner.run(_EnvProbe(**base, seed=2))
+    envs = [e for e in _EnvProbe.seen if isinstance(e, TrainingEnv)]
+    assert len(envs) == 3 and all(e.device == "cpu" for e in envs)   # each config alone (group_key: itself)
+    assert [e.progress for e in envs] == [False, False, True]       # per call; the runner's default otherwise
+    assert _EnvProbe.seen.count("made") == 1                          # one memo, the runner's, shared
+    assert not hasattr(envs[0], "run_all") and not hasattr(envs[0], "cache")
+    # stored: a second runner loads them and trains nothing
+    _EnvProbe.seen.clear()
+    again = Runner(tmp_path, progress=False).run_all([_EnvProbe(**base, seed=s) for s in range(3)])
+    assert _EnvProbe.seen == [] and [r.loaded for r in again] == [True] * 3

@@ -28,9 +28,11 @@ from pathlib import Path
 import pytest
 
 from ldptut.experiments import Runner
+from ldptut.papers import paper_modules
 from ldptut.provenance import device_name, kernels_of, numerics_flag, run_mechanisms
 from ldptut.runcache import load_records as _load_records
 
+paper_modules()  # the stored records' kinds register when their modules are imported
 ROOT = Path(__file__).resolve().parent.parent
 CACHES = sorted(p for p in (ROOT / "book" / "runs" / "cache").iterdir() if p.is_dir() and any(p.glob("*.json")))
 TOLERANCE = 0.01  # accuracy in [0, 1]: 1 point, same CPU kernels

@@ -15,7 +15,6 @@ from ldptut.experiments import Runner
 from ldptut.mechanisms import Gaussian, LdpSign
 from ldptut.papers import wu2023 as P
 from ldptut.rng import generator
-from ldptut.runcache import RunCache
 from ldptut.training import PerSampleSGD, _local_order, optimal_eta0, optimal_learning_rate
 
 N = 200_000
@@ -308,7 +307,7 @@ def test_stored_runs_load_back_with_their_labels(tmp_path, monkeypatch):
     exp = _small_digits_experiment()
     trained = P.run_experiment(Runner(tmp_path, progress=False), exp, [0, 1])
     assert len(list(tmp_path.glob("*.json"))) == 10  # one record per run
-    loaded = P.run_experiment(Runner(RunCache(tmp_path, train=False), progress=False), exp, [0, 1])
+    loaded = P.run_experiment(Runner(tmp_path, train=False, progress=False), exp, [0, 1])
     cols = ["experiment", "kind", "profile", "aggregation", "seed", "round", "accuracy", "clients_used"]
     pd.testing.assert_frame_equal(trained[cols], loaded[cols])
     stored = P.load_runs(tmp_path)

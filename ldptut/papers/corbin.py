@@ -1101,7 +1101,7 @@ def stored_grid(params: Mapping[str, Any], cache_dir: str) -> pd.DataFrame:
     counts the runs not stored)."""
     from ..runcache import RunCache, stored_table
 
-    cache = RunCache(cache_dir, train=False)
+    cache = RunCache(cache_dir)  # read only: nothing is trained here
     table = stored_table(grid(params), cache)
     missing = len(table.attrs["missing"])
     if len(table):

@@ -31,7 +31,7 @@ from .. import fedsgd
 from ..mechanisms import Hybrid, Piecewise, TwoPoint
 from ..notebooks import P
 from ..rng import generator
-from ..runconfig import RunConfig
+from ..runconfig import RunConfig, TrainingEnv
 from ..selection import ExponentialSelection, PerturbedEncoding, PerturbedSampling
 from . import Paper, Reported, cv_interval
 
@@ -312,11 +312,11 @@ class FedSelRun(RunConfig):
         return (self.dataset, self.dim)
 
     @classmethod
-    def train_group(cls, configs: Sequence["FedSelRun"], *, runner: Any) -> list[pd.DataFrame]:
+    def train_group(cls, configs: Sequence["FedSelRun"], *, env: TrainingEnv) -> list[pd.DataFrame]:
         out = []
         for c in configs:
-            x, y = runner.memo(("fedsel-data", c.dataset, c.dim), lambda: prepare(c.dataset, dim=c.dim))
-            res = c.simulate(x, y, device=runner.device, progress=runner.progress)
+            x, y = env.memo(("fedsel-data", c.dataset, c.dim), lambda: prepare(c.dataset, dim=c.dim))
+            res = c.simulate(x, y, device=env.device, progress=env.progress)
             out.append(res.history.rename(columns={"iteration": "round"}))
         return out
 

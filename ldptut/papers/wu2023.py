@@ -46,7 +46,7 @@ from ..notebooks import P
 from ..provenance import numerics_flag, run_mechanisms
 from ..rng import generator
 from ..runcache import RunRecord, load_records
-from ..runconfig import RunConfig
+from ..runconfig import RunConfig, TrainingEnv
 from ..training import PerSampleSGD
 from . import Paper, Reported, mean_std, t_interval
 
@@ -521,9 +521,9 @@ class WuRun(RunConfig):
                                data_seed=self.data_seed)
 
     @classmethod
-    def train_group(cls, configs: Sequence["WuRun"], *, runner: Any) -> list[pd.DataFrame]:
+    def train_group(cls, configs: Sequence["WuRun"], *, env: TrainingEnv) -> list[pd.DataFrame]:
         first = configs[0]
-        exp = runner.memo(("wu2023", first.group_key()), first.load_data)
+        exp = env.memo(("wu2023", first.group_key()), first.load_data)
         if (len(exp.y_train), len(exp.y_test)) != (first.n_train, first.n_test):
             raise ValueError(f"{first.experiment}: the data split has {len(exp.y_train)} / {len(exp.y_test)} samples, "
                              f"the runs say {first.n_train} / {first.n_test}")
@@ -537,7 +537,7 @@ class WuRun(RunConfig):
                             privatizer=PersonalizedPerturbation(mechs, clip=c.clip, sign=c.protocol == "noniid")))
         config = FLConfig(rounds=first.rounds, trainer=PerSampleSGD(passes=first.local_passes, alpha=first.alpha,
                                                                    q=first.q if first.protocol == "iid" else 1.0),
-                          client_fraction=1.0, send="weights", device=runner.device, progress=runner.progress,
+                          client_fraction=1.0, send="weights", device=env.device, progress=env.progress,
                           desc=first.experiment, divergence_factor=None)
         res = simulate(config, runs, model=model, x_train=exp.x_train.reshape(len(exp.x_train), -1),
                        y_train=exp.y_train, x_test=exp.x_test.reshape(len(exp.x_test), -1), y_test=exp.y_test)
@@ -740,10 +740,10 @@ def no_skill_rates(keys: Sequence[str], p: Mapping[str, Any], *, loaded: Optiona
     return {key: majority_rate((loaded[key] if key in loaded else chapter_experiment(key, p)).y_test) for key in keys}
 
 
-def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
+def compare(runs: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = None) -> pd.DataFrame:
     """Wu et al.'s reported no-noise accuracy and gains of B and C over A next to ours, per experiment.
 
-    ``final``: the last round of every run (columns experiment "iid digits" etc., kind, profile,
+    ``runs``: the last round of every run (:func:`final_rounds`) (columns experiment "iid digits" etc., kind, profile,
     aggregation, seed, accuracy in [0, 1]). The paper does not say how it averages a gain over
     profiles; ours is the **paired** difference B - A (C - A) of runs with the same seed and profile,
     averaged over the profiles, then mean ± sample std over seeds; "paired 95 % CI" is the t interval of that
@@ -763,18 +763,18 @@ def compare(final: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = No
         if not 0.0 <= real(rate, f"no_skill[{key!r}]") <= 1.0:
             raise ValueError(f"no_skill[{key!r}] must be an accuracy in [0, 1] (a fraction, not %), got {rate!r}")
     need = {"experiment", "kind", "profile", "aggregation", "seed", "accuracy"}
-    if not need <= set(final.columns):
-        raise ValueError(f"final lacks the columns {sorted(need - set(final.columns))}")
-    if "c_reading" in final.columns:  # C in another reading than the adopted one (section 6) is not the paper's C
-        final = final[(final["aggregation"] != "C") | final["c_reading"].isin([C_READINGS[0]])]
-    present = set(final["experiment"])
+    if not need <= set(runs.columns):
+        raise ValueError(f"runs lacks the columns {sorted(need - set(runs.columns))}")
+    if "c_reading" in runs.columns:  # C in another reading than the adopted one (section 6) is not the paper's C
+        runs = runs[(runs["aggregation"] != "C") | runs["c_reading"].isin([C_READINGS[0]])]
+    present = set(runs["experiment"])
     unknown = sorted(present - set(EXPERIMENTS))
     if unknown:
         raise ValueError(f"no reported numbers for experiment(s) {unknown}; known: {EXPERIMENTS}")
     rows = []
     for key in [k for k in EXPERIMENTS if k in present]:  # the paper's order, whatever the order of the runs
         rep = {r.where["quantity"]: r for r in REPORTED if r.where["experiment"] == key}
-        f = final[final["experiment"] == key]
+        f = runs[runs["experiment"] == key]
         nn = 100 * f[f["profile"] == "no noise"]["accuracy"]
         rows.append({"experiment": key, "quantity": "no-noise accuracy (%)", "paper": rep["no_noise"].value,
                      "ours": mean_std(nn, count=False), "paired 95 % CI": "", "test": ""})

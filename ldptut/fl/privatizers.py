@@ -1,0 +1,162 @@
+"""Client-side privatizers: the book's mechanisms applied per coordinate within a range rule, clipping alone, correlated
+client pairs, and a recorder of what clients send.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Optional
+
+import torch
+
+from ..accounting import Guarantee
+from ..rng import round_generator
+from .context import Privatizer, RoundContext
+from .ranges import FixedRange
+
+
+class LocalPerturbation:
+    """Clip each client's vector to a range and perturb every coordinate with an LDP mechanism.
+
+    ``mechanism`` is a class from :mod:`ldptut.mechanisms` taking ``epsilon``, ``center``, ``radius``
+    (e.g. ``TwoPoint``, ``Piecewise``, ``Laplace``). :meth:`guarantee` is the mechanism's, ``epsilon``
+    per coordinate per round; the engine composes it over the d coordinates and the rounds.
+    """
+
+    def __init__(self, *, mechanism: type, epsilon: float, range: Callable[[RoundContext], tuple] = FixedRange(),
+                 **mechanism_kwargs):
+        self.mechanism = mechanism
+        self.epsilon = epsilon
+        self.range = range
+        self.mechanism_kwargs = mechanism_kwargs
+        # Validate epsilon and kwargs now, with a unit range, so a bad parameter fails before training.
+        self._unit = mechanism(epsilon=epsilon, center=0.0, radius=1.0, **mechanism_kwargs)
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        center, radius = self.range(context)
+        mech = self.mechanism(epsilon=self.epsilon, center=center, radius=radius, **self.mechanism_kwargs)
+        # row i with client i's own generator (the mechanism decides between its fused CUDA kernel and PyTorch)
+        return mech.privatize_rows(payloads, context.generators)
+
+    def guarantee(self, context: RoundContext) -> list[Guarantee]:
+        """The mechanism's guarantee (per coordinate per round) for every sampled client."""
+        return [self._unit.guarantee] * len(context.client_ids)
+
+    def __repr__(self) -> str:
+        return f"LocalPerturbation({self.mechanism.__name__}, epsilon={self.epsilon}, range={self.range})"
+
+
+class ClipToRange:
+    """Clip each client's vector to a range and send it without noise: **not private** (no guarantee).
+
+    The ablation that separates clipping from noise (e.g. LDP-FL's fixed range with the two-point mechanism
+    removed): the server receives exactly what :class:`LocalPerturbation` clips, unperturbed.
+    """
+
+    def __init__(self, *, range: Callable[[RoundContext], tuple] = FixedRange()):
+        self.range = range
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        center, radius = self.range(context)
+        lo, hi = center - radius, center + radius
+        if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+            lo, hi = (torch.as_tensor(v, dtype=payloads.dtype, device=payloads.device) for v in (lo, hi))
+        return torch.clamp(payloads, lo, hi)
+
+    def guarantee(self, context: RoundContext) -> list[None]:
+        """No privacy: None for every client (the engine records the run as unprotected)."""
+        return [None] * len(context.client_ids)
+
+    def __repr__(self) -> str:
+        return f"ClipToRange(range={self.range})"
+
+
+class PairedPerturbation:
+    """Clip to a range and perturb with LDP-FL's two-point mechanism, the sampled clients paired at random
+    each round and each pair negatively correlated (CoQ-FL / CorBin-FL, Algorithm 1).
+
+    The server pairs the round's clients by a random permutation (its "pairing" stream, on the CPU so
+    the pairs do not depend on the device); in each pair the first is the leader, the second the
+    follower of :class:`~ldptut.mechanisms.CorrelatedTwoPoint`. An odd client out uses the plain
+    two-point mechanism with its own "privatize" stream. Two uniforms per pair and weight, as for two
+    independent clients: the leaders' points (the shared codebook cell and the leader's coin in it, one
+    uniform: the same law) in one call from the round's "pair-shared" stream (row k belongs to pair k
+    alone; in a deployment the two clients derive the cell from a seed they share,
+    :meth:`RoundContext.pair_generator`), the followers' own coins in one call from "pair-local": no
+    Python loop over pairs or weights.
+
+    :meth:`guarantee`: ε per coordinate per round for each client's **own** report (its marginal is
+    exactly the two-point mechanism). The server also sees the partner's report; that joint view is
+    not ε-LDP for either client (the CorBin chapter computes its privacy loss).
+    """
+
+    def __init__(self, *, epsilon: float, range: Callable[[RoundContext], tuple] = FixedRange(),
+                 num_rand: int = 5, p_x: float = 0.5):
+        from ..mechanisms import CorrelatedTwoPoint
+
+        self.epsilon, self.range, self.num_rand, self.p_x = epsilon, range, num_rand, p_x
+        self._unit = CorrelatedTwoPoint(epsilon=epsilon, num_rand=num_rand, p_x=p_x)  # validates now
+
+    def mechanism(self, context: RoundContext):
+        from ..mechanisms import CorrelatedTwoPoint
+
+        center, radius = self.range(context)
+        return CorrelatedTwoPoint(epsilon=self.epsilon, center=center, radius=radius, num_rand=self.num_rand,
+                                  p_x=self.p_x)
+
+    @staticmethod
+    def pairs(context: RoundContext) -> tuple[torch.Tensor, torch.Tensor, Optional[int]]:
+        """(leader rows, follower rows, the odd row or None): rows of this round's payloads, paired at random."""
+        m = len(context.client_ids)
+        perm = torch.randperm(m, generator=round_generator(context.seed, context.round, "pairing"))
+        k = m // 2
+        return perm[0:2 * k:2], perm[1:2 * k:2], (int(perm[-1]) if m % 2 else None)
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        mech = self.mechanism(context)
+        leaders, followers, odd = self.pairs(context)
+        leaders, followers = leaders.to(payloads.device), followers.to(payloads.device)
+        out = torch.empty_like(payloads)
+        if len(leaders):
+            dev = context.device
+            shared = round_generator(context.seed, context.round, "pair-shared", device=dev)
+            local = round_generator(context.seed, context.round, "pair-local", device=dev)
+            out[leaders], out[followers] = mech.privatize_pairs(payloads[leaders], payloads[followers],
+                                                                shared=shared, local=local)
+        if odd is not None:
+            out[odd] = mech.privatize(payloads[odd], generator=context.generators[odd])
+        return out
+
+    def guarantee(self, context: RoundContext) -> list[Guarantee]:
+        """Each client's own report: ε per coordinate per round (the joint view of a pair is not covered)."""
+        g = replace(self._unit.guarantee, note="each client's own report (a pair's joint view is not ε-LDP)")
+        return [g] * len(context.client_ids)
+
+    def __repr__(self) -> str:
+        return (f"PairedPerturbation(CorrelatedTwoPoint, epsilon={self.epsilon}, range={self.range}, "
+                f"num_rand={self.num_rand}, p_x={self.p_x})")
+
+
+class RecordPayloads:
+    """Wrap a privatizer (or none) and keep the last round's payloads before and after it, for inspection.
+
+    Used by chapters to look at what clients send (e.g. a client's own weights in the range-leak check).
+    """
+
+    def __init__(self, privatizer: Privatizer | None = None):
+        self.privatizer = privatizer
+        self.raw: torch.Tensor | None = None
+        self.sent: torch.Tensor | None = None
+        self.context: RoundContext | None = None
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        self.raw, self.context = payloads.detach().clone(), context
+        out = payloads if self.privatizer is None else self.privatizer(payloads, context=context)
+        self.sent = out.detach().clone()
+        return out
+
+    def guarantee(self, context: RoundContext) -> Optional[list]:
+        inner = getattr(self.privatizer, "guarantee", None)
+        return None if inner is None else inner(context)
+
+    def __repr__(self) -> str:
+        return f"RecordPayloads({self.privatizer!r})"
