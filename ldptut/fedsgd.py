@@ -22,6 +22,17 @@ Reporters (what one user sends, vectorised over runs and users; all draw from an
 A value perturbation is a :class:`ldptut.mechanisms.Mechanism` on [-1, 1] (the input clipped first, as in
 the paper's Section 3.3). :func:`train` runs R independent runs at once (e.g. the folds of a
 cross-validation): weights (R, d), batches (R, m, d), no Python loop over users or coordinates.
+
+Why this is a second loop beside the round engine (:func:`ldptut.fl.simulate`): the engine's unit is a client that
+trains a model locally and sends its whole weight vector, which a privatizer perturbs coordinate by coordinate. Here a
+user holds one record, computes one gradient, keeps an accumulator across iterations and sends *one* coordinate chosen
+by a (private) selector; thousands of such users per iteration, R runs at once, on closed-form linear-model
+gradients (:mod:`ldptut.linear`), not on an ``nn.Module``. Expressing that as engine clients would mean one client
+per record with a trainer that does no training and a privatizer that selects; the engine's per-client model copies
+alone would cost more than this whole loop. Both have the same face where it matters to the chapters: a run kind
+(:class:`ldptut.papers.fedsel.FedSelRun`) trained through the :class:`~ldptut.experiments.Runner` and its run cache,
+every draw from the explicit generator the caller passes (one stream for the R runs; the engine instead keys one per
+client and round), and a per-iteration history (``iteration``, accuracy, loss) renamed to the engine's ``round``.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from ldptut import data as D
+from ldptut.data import images, store
 
 
 def _find_mirror():
@@ -196,12 +197,12 @@ def test_cache_layouts(shared_root):
     assert len(tv) == 10000
     assert (shared_root / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz").is_file()
     # the cached file is the verified mirror file, byte for byte
-    assert D._sha256(shared_root / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz") == \
+    assert store._sha256(shared_root / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz") == \
         D.MIRROR_SHA256["mnist/t10k-images-idx3-ubyte.gz"]
     D.load_adult(root=shared_root)
     npz = shared_root / "adult" / "adult_v1.npz"
     assert npz.is_file()
-    assert npz.stat().st_mode & 0o777 == 0o666 & ~D._umask()  # not mkstemp's 0600
+    assert npz.stat().st_mode & 0o777 == 0o666 & ~store._umask()  # not mkstemp's 0600
 
 
 @needs_mirror
@@ -329,7 +330,7 @@ def _serve(monkeypatch, files: dict[str, bytes]):
 @needs_mirror
 def test_download_path_mnist_torchvision(tmp_path, monkeypatch):
     monkeypatch.delenv("LDPTUT_DATA_MIRROR", raising=False)
-    files = {f: (MIRROR / "mnist" / f).read_bytes() for f in D._MNIST_FILES}
+    files = {f: (MIRROR / "mnist" / f).read_bytes() for f in images._MNIST_FILES}
     seen = _serve(monkeypatch, files)
     d = D.load_mnist(root=tmp_path)
     assert d.source == "download" and seen
@@ -416,7 +417,7 @@ def test_roots_and_mirror_path(monkeypatch, tmp_path):
     monkeypatch.setenv("LDPTUT_DATA_DIR", str(tmp_path / "cache"))
     assert D.data_root() == (tmp_path / "cache").resolve()
     monkeypatch.delenv("LDPTUT_DATA_DIR")
-    repo = Path(D.__file__).resolve().parents[1]
+    repo = Path(D.__file__).resolve().parents[2]  # ldptut/data/__init__.py -> the checkout
     assert D.data_root() == (repo / "data" if (repo / "pyproject.toml").is_file()
                              else Path.home() / ".cache" / "ldptut")
     monkeypatch.delenv("LDPTUT_DATA_MIRROR", raising=False)
@@ -429,13 +430,13 @@ def test_sha256_chunked(tmp_path):
     p = tmp_path / "f.bin"
     data = os.urandom(10_000)
     p.write_bytes(data)
-    assert D._sha256(p, chunk_size=97) == hashlib.sha256(data).hexdigest() == D._sha256(p)
+    assert store._sha256(p, chunk_size=97) == hashlib.sha256(data).hexdigest() == store._sha256(p)
 
 
 def test_builtin_sums_match_mirror_sums():
     if MIRROR is None:
         pytest.skip("no data mirror")
-    sums = D._read_sums(MIRROR)
+    sums = store._read_sums(MIRROR)
     for rel, digest in D.MIRROR_SHA256.items():
         assert sums[rel] == digest, rel
 
@@ -455,7 +456,7 @@ def test_truncated_cifar_cache_is_rebuilt_and_stale_temp_files_removed(tmp_path,
     (folder / "cifar10_uint8_v1.pt").write_bytes(b"PK\x03\x04 truncated")
     stale = folder / ".cifar10_uint8_v1.pt.abc123.tmp"
     stale.write_bytes(b"\0" * 1000)
-    old = time.time() - 2 * D.STALE_TEMP_SECONDS
+    old = time.time() - 2 * store.STALE_TEMP_SECONDS
     os.utime(stale, (old, old))
     fresh = folder / ".cifar10_uint8_v1.pt.def456.tmp"  # another process may be writing it right now
     fresh.write_bytes(b"\0")
@@ -474,7 +475,7 @@ def test_unwritable_cache_folder_says_which_folder_and_what_to_do(tmp_path, monk
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(D.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(store.tempfile, "mkstemp", denied)
     with pytest.raises(D.DataError, match=r"cannot write the data cache file .*adult.*writable.*LDPTUT_DATA_DIR"):
         D.load_adult(root=tmp_path, download=False)
 
@@ -487,7 +488,7 @@ def test_a_corrupted_cache_file_of_the_same_size_is_rebuilt(tmp_path, monkeypatc
     monkeypatch.setenv("LDPTUT_DATA_MIRROR", str(MIRROR))
     first = D.load_mnist(root=tmp_path)
     images = tmp_path / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
-    assert D._sidecar(images).read_text().split()[0] == D._sha256(images)
+    assert store._sidecar(images).read_text().split()[0] == store._sha256(images)
     with open(images, "r+b") as f:  # flip one pixel of the test set, keep the size
         f.seek(5000)
         b = f.read(1)

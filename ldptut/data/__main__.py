@@ -1,0 +1,4 @@
+"""``python -m ldptut.data NAME...``: make each data set available in the cache (``make data``)."""
+from . import main
+
+main()
