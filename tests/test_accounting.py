@@ -230,3 +230,20 @@ def test_client_accountant_composes_over_coordinates_and_the_rounds_each_client_
     assert acc.step([1], [g]) is not None and acc.spent() is None
     with pytest.raises(ValueError, match="d"):
         ClientAccountant(d=0)
+
+
+# ---- an independent oracle: Google's dp-accounting (its privacy-loss-distribution accountant) ------------------
+@pytest.mark.parametrize("sigma, k, delta", [(1.0, 1, 1e-5), (2.0, 10, 1e-5), (5.0, 100, 1e-6), (0.8, 3, 1e-3)])
+def test_gaussian_composition_matches_dp_accountings_pld_accountant(sigma, k, delta):
+    """k Gaussian releases of sensitivity 1 and noise sigma: our exact μ-GDP composition (μ = sqrt(k)/σ) and its ε at
+    δ against dp-accounting's PLD accountant, a numerical upper bound: ours is not above it, and within 1e-6."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from ldptut.accounting import compose_gaussian, gaussian_epsilon
+
+    pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma), k)
+    theirs = pld.get_epsilon(delta)
+    ours = gaussian_epsilon(delta, compose_gaussian([1.0 / sigma] * k))
+    assert ours <= theirs + 1e-12 and theirs - ours < 1e-6 * theirs
