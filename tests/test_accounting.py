@@ -247,3 +247,20 @@ def test_gaussian_composition_matches_dp_accountings_pld_accountant(sigma, k, de
     theirs = pld.get_epsilon(delta)
     ours = gaussian_epsilon(delta, compose_gaussian([1.0 / sigma] * k))
     assert ours <= theirs + 1e-12 and theirs - ours < 1e-6 * theirs
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0, 3.0])
+def test_randomized_response_epsilon_matches_dp_accountings_pld(epsilon):
+    """One randomized-response bit (p = e^ε / (1 + e^ε)) is dp-accounting's RandomizedResponseDpEvent with two buckets
+    and noise parameter q = 2 (1 - p) (replace-one neighbours, as local DP's); its PLD accountant's ε at δ = 0 is our
+    guarantee's ε, to its discretisation (1e-5)."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from ldptut.mechanisms import RandomizedResponse
+
+    rr = RandomizedResponse(epsilon=epsilon)
+    pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
+                                               value_discretization_interval=1e-5)
+    pld.compose(dp_accounting.RandomizedResponseDpEvent(noise_parameter=2 * (1 - rr.p), num_buckets=2))
+    assert rr.guarantee.epsilon == pytest.approx(pld.get_epsilon(0.0), abs=2e-5)
