@@ -28,16 +28,20 @@ from .fl import (ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, 
 from .mechanisms import MECHANISMS
 from .provenance import numerics_flag, run_mechanisms
 from .provenance import provenance as _provenance
-from .runcache import LOAD_ONLY_ENV, RunCache, RunCacheError, RunRecord, records_table
+from .runcache import RunCache, RunCacheError, RunRecord, records_table
 from .runconfig import RunConfig, TrainingEnv, config_value, group_indices
 from .training import LocalSGD, OptimizerSpec
 
-__all__ = ["FedAvgRun", "Runner", "CLIP_ONLY"]
+__all__ = ["FedAvgRun", "Runner", "CLIP_ONLY", "LOAD_ONLY_ENV"]
 
 # The weight-range rules a run configuration holds, under the names its stored record gives them. Registered here, with
 # the kind that stores them: the round engine (ldptut.fl) knows nothing of the cache key.
 for _name, _rule in (("fixed", FixedRange), ("adaptive", GlobalModelRange), ("initial", InitialModelRange)):
     config_value(_name)(_rule)
+
+#: The environment variable that turns training off (``1``): a run the cache lacks is then an error, so re-rendering a
+#: paper-scale page from stored runs can never start hours of training (``make reproduce LOAD_ONLY=1`` sets it).
+LOAD_ONLY_ENV = "LDPTUT_RUNS_LOAD_ONLY"
 
 #: ``FedAvgRun.mechanism`` of the clipping-only ablation (clip to the range, no noise; not private).
 CLIP_ONLY = "clip"

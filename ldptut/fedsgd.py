@@ -26,10 +26,9 @@ cross-validation): weights (R, d), batches (R, m, d), no Python loop over users 
 Why this is a second loop beside the round engine (:func:`ldptut.fl.simulate`): the engine's unit is a client that
 trains a model locally and sends its whole weight vector, which a privatizer perturbs coordinate by coordinate. Here a
 user holds one record, computes one gradient, keeps an accumulator across iterations and sends *one* coordinate chosen
-by a (private) selector; thousands of such users per iteration, R runs at once, on closed-form linear-model
-gradients (:mod:`ldptut.linear`), not on an ``nn.Module``. Expressing that as engine clients would mean one client
-per record with a trainer that does no training and a privatizer that selects; the engine's per-client model copies
-alone would cost more than this whole loop. Both have the same face where it matters to the chapters: a run kind
+by a (private) selector; a batch of m such users per iteration, R runs at once, on closed-form linear-model
+gradients (:mod:`ldptut.linear`), not on an ``nn.Module``. Expressed as engine clients it would be one client per
+record, with a trainer that does no training and a privatizer that selects. Both have the same face where it matters to the chapters: a run kind
 (:class:`ldptut.papers.fedsel.FedSelRun`) trained through the :class:`~ldptut.experiments.Runner` and its run cache,
 every draw from the explicit generator the caller passes (one stream for the R runs; the engine instead keys one per
 client and round), and a per-iteration history (``iteration``, accuracy, loss) renamed to the engine's ``round``.

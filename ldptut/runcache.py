@@ -38,13 +38,11 @@ import pandas as pd
 from .provenance import numerics_changes, numerics_flag, run_mechanisms
 from .runconfig import RunConfig, config_from_dict
 
-__all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table", "stored_table", "code_summary",
-           "LOAD_ONLY_ENV"]
+__all__ = ["FORMAT", "RunRecord", "RunCache", "RunCacheError", "load_records", "load_runs", "records_table", "stored_table", "code_summary"]
 
 #: Record format. 1: configuration dicts of the first chapters (migrated by python -m ldptut.migrate);
 #: 2: typed RunConfig, provenance with device and torch version.
 FORMAT = 2
-LOAD_ONLY_ENV = "LDPTUT_RUNS_LOAD_ONLY"
 
 
 class RunCacheError(RuntimeError):
