@@ -11,6 +11,8 @@ STAMP  := $(VENV)/.ldptut-installed       # and the test, sweep and check extras
 BOOK_DATASETS ?= mnist fashion_mnist cifar10
 # Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
 CHAPTERS := $(filter-out book/runs/%,$(wildcard book/*.ipynb))
+# Chapters `make book` executes at a time (0: one per CPU core), each kernel with its share of the cores
+BOOK_JOBS ?= 0
 
 .PHONY: book test test-slow data reproduce bench clean venv check-html
 
@@ -33,7 +35,8 @@ data: $(BOOK_STAMP)
 
 book: data
 	rm -rf _build/html _build/.jupyter_cache
-	$(BIN)/jupyter-book build . --all --builder html -W -n --keep-going  # --all: every chapter re-executed, not only changed ones
+	$(BIN)/python book/_execute_chapters.py --jobs $(BOOK_JOBS) $(CHAPTERS)   # into _build/.jupyter_cache, in parallel
+	$(BIN)/jupyter-book build . --all --builder html -W -n --keep-going  # renders the chapters from that cache
 	@echo "Book built: _build/html/index.html"
 
 test: data $(STAMP)
