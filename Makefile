@@ -39,8 +39,12 @@ book: data
 	$(BIN)/jupyter-book build . --all --builder html -W -n --keep-going  # renders the chapters from that cache
 	@echo "Book built: _build/html/index.html"
 
+# Test files run TEST_JOBS at a time (pytest-xdist; --dist loadfile keeps a file, and so a chapter's cells, in order
+# on one worker), each process at its usual thread count with OpenMP's passive waiting (as make book).
+TEST_JOBS ?= auto
 test: data $(STAMP)
-	$(BIN)/python -m pytest tests $(CHAPTERS) --nbval-lax --nbval-current-env -p no:cacheprovider -m "not slow"
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest tests $(CHAPTERS) --nbval-lax --nbval-current-env \
+	  -p no:cacheprovider -m "not slow" -n $(TEST_JOBS) --dist loadfile
 
 # The tests marked slow (left out of make test: re-training the costliest stored runs' first round, 1.5-3 minutes each;
 # the float32 enumerations at epsilon 0.1 and 5, 5-13 s each, where make test keeps epsilon 1)

@@ -168,3 +168,22 @@ def test_parameters_that_passed_the_check_and_failed_later_are_refused():
     cells = json.loads((ROOT / "book" / "foundations.ipynb").read_text())["cells"]
     src = next("".join(c["source"]) for c in cells if "check_parameters(globals()" in "".join(c["source"]))
     assert '"epsilons": P.list_of(P.pos_float, nonempty=True)' in src
+
+
+PAGES = CHAPTERS + sorted((ROOT / "book" / "runs").glob("*.ipynb"))
+PACKAGE_SOURCE = "\n".join(p.read_text() for p in sorted((ROOT / "ldptut").rglob("*.py")))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.stem for p in PAGES])
+def test_every_source_listing_shown_is_the_packages_source_as_committed(path):
+    """A chapter shows the package's own source (inspect.getsource): a listing committed with the notebook must still
+    be, verbatim, in ldptut/, else the page shows code the package no longer has (re-execute or re-render it)."""
+    stale = []
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] != "code" or "getsource" not in "".join(cell["source"]):
+            continue
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/plain")
+            if text is not None and "".join(text) not in PACKAGE_SOURCE:
+                stale.append(f"cell {i}: {''.join(text).splitlines()[0][:80]}")
+    assert not stale, f"{path.name} shows source no longer in ldptut/: {stale}"
