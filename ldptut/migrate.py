@@ -4,8 +4,8 @@
 
 Format 1 records (the first LDP-FL and Wu et al. paper-scale runs) stored a chapter's configuration
 dict; format 2 stores a :class:`ldptut.runconfig.RunConfig`. Each paper module reads its own old records
-(``from_record_v1``): LDP-FL's become one :class:`~ldptut.experiments.FedAvgRun` each, Wu et al.'s
-one-grid-per-seed records one :class:`~ldptut.papers.wu2023.WuRun` per scenario (the grid's training time
+(:func:`ldp_fl_v1`, :func:`wu2023_v1`): LDP-FL's become one :class:`~ldptut.experiments.FedAvgRun` each, Wu
+et al.'s one-grid-per-seed records one :class:`~ldptut.papers.wu2023.WuRun` per scenario (the grid's training time
 shared among them). Histories are copied unchanged; provenance keeps the commit, date, machine line and
 seconds of the original training and adds the device and torch version read from that line, and the
 old file's name. A new record is written before its old file is removed; a directory already in format 2
@@ -17,6 +17,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -40,10 +41,64 @@ def _provenance(old: dict, *, share: int, source: str) -> dict:
     return out
 
 
+# ------------------------------------------------------------------- each paper's format-1 records
+def ldp_fl_v1(config: dict, history: pd.DataFrame) -> list[tuple[Any, pd.DataFrame]]:
+    """A run record of format 1 (the chapter's configuration dict, ranges as ``repr`` strings) as a typed
+    :class:`~ldptut.experiments.FedAvgRun` with its unchanged history."""
+    from .experiments import FedAvgRun
+    from .fl import FixedRange, GlobalModelRange
+    from .mechanisms import MECHANISMS
+
+    def parse_range(text: Optional[str]) -> FixedRange | GlobalModelRange | None:
+        if text is None:
+            return None
+        m = re.fullmatch(r"(FixedRange|GlobalModelRange)\((.*)\)", text)
+        if m is None:
+            raise ValueError(f"unknown range {text!r} in a format-1 LDP-FL record")
+        kwargs = {k.strip(): float(v) for k, v in (part.split("=") for part in m.group(2).split(","))}
+        return (FixedRange if m.group(1) == "FixedRange" else GlobalModelRange)(**kwargs)
+
+    mechanism = config["mechanism"]
+    if mechanism is not None:
+        names = {cls.__name__: name for name, cls in MECHANISMS.items()}
+        mechanism = names[mechanism]
+    run = FedAvgRun(paper="ldp_fl", dataset=config["dataset"], model=config["model"], n_clients=config["n_clients"],
+                    rounds=config["rounds"], seed=config["seed"], partition=config["partition"],
+                    client_fraction=config["client_fraction"], local_epochs=config["local_epochs"],
+                    batch_size=config["batch_size"], lr=config["lr"], send=config["send"],
+                    aggregator=config["aggregator"], mechanism=mechanism, epsilon=config["epsilon"],
+                    range=parse_range(config["range"]))
+    return [(run, history)]
+
+
+def wu2023_v1(config: dict, history: pd.DataFrame) -> list[tuple[Any, pd.DataFrame]]:
+    """A format-1 record (one seed's whole grid, its runs numbered in :func:`grid_scenarios` order) as one
+    typed :class:`~ldptut.papers.wu2023.WuRun` per scenario with its rows of the history."""
+    from .papers.wu2023 import WuRun, grid_scenarios
+
+    protocol, name = config["experiment"].split()
+    s = config["setting"]
+    out = []
+    for i, (scenario, label, eps, agg) in enumerate(grid_scenarios(s)):
+        rows = history[history["run"] == i].drop(columns="run").reset_index(drop=True)
+        if rows.empty:
+            raise ValueError(f"{config['experiment']} seed {config['seed']}: no history for run {i} ({label}, {agg})")
+        out.append((WuRun(
+            paper="wu2023", dataset=name, model="ovr_logreg", n_clients=s["n_clients"], rounds=config["rounds"],
+            seed=config["seed"], protocol=protocol, scenario=scenario, profile=label, epsilons=tuple(eps),
+            aggregation=agg, delta=s["delta"], clip=s["clip"], n_train=config["n_train"], n_test=config["n_test"],
+            q=s.get("q", 1.0) if protocol == "iid" else 1.0, l2=s.get("l2") if protocol == "noniid" else None,
+            reading=config["reading"], on_empty=config["on_empty"], data_seed=config["data_seed"],
+            dirichlet_alpha=config["dirichlet_alpha"], local_passes=config["local_passes"], alpha=config["alpha"]),
+            rows))
+    if sorted(set(history["run"])) != list(range(len(out))):
+        raise ValueError(f"{config['experiment']} seed {config['seed']}: runs {sorted(set(history['run']))} do not "
+                         f"match the grid's {len(out)} scenarios")
+    return out
+
+
 def migrate_v1(directory: str | Path) -> tuple[int, int]:
     """Rewrite every format-1 record of ``directory`` as format-2 records; returns (old files, new records)."""
-    from .papers import ldp_fl, wu2023
-
     directory = Path(directory)
     cache = RunCache(directory)
     n_old = n_new = 0
@@ -54,7 +109,7 @@ def migrate_v1(directory: str | Path) -> tuple[int, int]:
         if doc.get("format") != 1:
             raise ValueError(f"{path}: format {doc.get('format')!r} is neither 1 nor {FORMAT}")
         config, history = doc["config"], pd.DataFrame(doc["history"])
-        reader = wu2023.from_record_v1 if config.get("paper") == "wu2023" else ldp_fl.from_record_v1
+        reader = wu2023_v1 if config.get("paper") == "wu2023" else ldp_fl_v1
         runs = reader(config, history)
         for run, rows in runs:
             target = cache.path(run)

@@ -9,18 +9,23 @@ One room per idea (the public names are all importable from ``ldptut.fl``):
 * :mod:`.context` -- :class:`RoundContext` (what a privatizer or aggregator sees in a round, and its random streams)
   and the :class:`Privatizer` and :class:`Aggregator` protocols;
 * :mod:`.ranges` -- the weight-range rules (fixed, adaptive from the global model, fixed from the initial model);
-* :mod:`.privatizers` -- per-coordinate mechanisms within a range, clipping alone, correlated pairs, a recorder;
-* :mod:`.aggregators` -- the server's mean rules;
+* :mod:`.privatizers` -- per-coordinate mechanisms within a range, clipping alone, correlated pairs, a recorder, one
+  mechanism per client, Piecewise on weights scaled by the client's maximum;
+* :mod:`.aggregators` -- the server's rules: mean, weighted mean, weighting by 1/σ, probability-based selection, sign,
+  smoothing;
 * :mod:`.checks` -- the engine's input checks and its checks of what privatizers and aggregators return.
 
 Nothing here knows about run configurations or the run cache (:mod:`ldptut.experiments` registers the range rules
 as configuration values).
 """
-from .aggregators import AGGREGATORS, make_aggregator, mean_aggregator, weighted_mean_aggregator
+from .aggregators import (AGGREGATORS, C_READINGS, ON_EMPTY, ProbabilitySelection, SignOf, SmoothedMean, WeightedBySigma,
+                          inverse_sigma_weights, make_aggregator, mean_aggregator, selection_probabilities,
+                          weighted_mean_aggregator)
 from .context import Aggregator, Privatizer, RoundContext
 from .engine import HUGE_LOSS, evaluate, run_fedavg, sample_clients, simulate, train_centralised
 from .layout import ParamLayout, load_vector
-from .privatizers import ClipToRange, LocalPerturbation, PairedPerturbation, RecordPayloads
+from .privatizers import (SCALINGS, ClipToRange, LayerScaledPiecewise, LocalPerturbation, PairedPerturbation,
+                          PersonalizedPerturbation, RecordPayloads)
 from .ranges import RANGE_RULES, FixedRange, GlobalModelRange, InitialModelRange
 from .spec import FLConfig, FLResult, Run
 
@@ -28,5 +33,7 @@ __all__ = [
     "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange", "InitialModelRange",
     "RANGE_RULES", "LocalPerturbation", "ClipToRange", "PairedPerturbation", "RecordPayloads", "mean_aggregator",
     "weighted_mean_aggregator", "AGGREGATORS", "make_aggregator", "sample_clients", "evaluate", "load_vector", "Run",
-    "FLConfig", "FLResult", "simulate", "run_fedavg", "train_centralised", "HUGE_LOSS",
+    "FLConfig", "FLResult", "simulate", "run_fedavg", "train_centralised", "HUGE_LOSS", "WeightedBySigma",
+    "ProbabilitySelection", "SignOf", "SmoothedMean", "inverse_sigma_weights", "selection_probabilities", "ON_EMPTY",
+    "C_READINGS", "PersonalizedPerturbation", "LayerScaledPiecewise", "SCALINGS",
 ]

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validate import all_finite, fraction
+from .._validate import all_finite
 from ..accounting import ClientAccountant
 from ..rng import client_generator, generator, round_generator
 from ..training import LocalSGD, OptimizerSpec, batch_schedule

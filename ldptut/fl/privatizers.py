@@ -1,14 +1,18 @@
 """Client-side privatizers: the book's mechanisms applied per coordinate within a range rule, clipping alone, correlated
-client pairs, and a recorder of what clients send.
+client pairs, a recorder of what clients send, one mechanism per client (personalized budgets, Wu et al. 2023) and
+Piecewise on weights scaled by the client's own maximum (PD-LDPFL's Algorithm 2).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
+from .._validate import epsilon as _epsilon, one_of, real
 from ..accounting import Guarantee
+from ..mechanisms import Mechanism, Piecewise
 from ..rng import round_generator
 from .context import Privatizer, RoundContext
 from .ranges import FixedRange
@@ -160,3 +164,103 @@ class RecordPayloads:
 
     def __repr__(self) -> str:
         return f"RecordPayloads({self.privatizer!r})"
+
+
+# ------------------------------------------------------------------- one mechanism per client (Wu et al. 2023)
+class PersonalizedPerturbation:
+    """Client-side privatizer with one mechanism per client id (personalized ε_i); ``None`` = no noise.
+
+    Every payload is clipped to [-clip, clip] first (Algorithm 1), then row i (client
+    ``context.client_ids[i]``) goes through ``mechanisms[id]`` with ``context.generators[i]``. With ``sign``
+    (non-IID protocol, Algorithm 2) a client without a mechanism sends sign(G). :meth:`guarantee` is each
+    client's mechanism's (per coordinate per round; None for a client without noise).
+    """
+
+    def __init__(self, mechanisms: Sequence[Optional[Mechanism]], *, clip: float, sign: bool = False):
+        self.mechanisms = list(mechanisms)
+        self.clip = real(clip, "clip", positive=True)
+        self.sign = bool(sign)
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        clipped = payloads.clamp(-self.clip, self.clip)
+        out = clipped.clone()
+        for row, (cid, g) in enumerate(zip(context.client_ids.tolist(), context.generators)):
+            mech = self.mechanisms[cid]
+            if mech is not None:
+                out[row] = mech.privatize(clipped[row], generator=g)
+            elif self.sign:
+                out[row] = torch.sign(clipped[row])
+        return out
+
+    def guarantee(self, context: RoundContext) -> list[Optional[Guarantee]]:
+        return [None if self.mechanisms[c] is None else self.mechanisms[c].guarantee for c in context.client_ids.tolist()]
+
+    def __repr__(self) -> str:
+        return f"PersonalizedPerturbation({len(self.mechanisms)} clients, clip={self.clip:g}, sign={self.sign})"
+
+
+# ------------------------------------------------------------------- PD-LDPFL's Algorithm 2 (Wang et al. 2024)
+#: How a client scales a tensor before PM: the paper's max(θ), max|θ| (no value outside [-1, 1]), per tensor.
+SCALINGS = ("max", "max_abs")
+
+
+class LayerScaledPiecewise:
+    """Algorithm 2 (DataPerturbation) as a privatizer: per client and parameter tensor, t = max(w) (``scaling``
+    "max", the paper's) or max|w| ("max_abs"), PM with ε per weight on w / t (clipped to [-1, 1]: with t = max(w)
+    a negative weight below -t lies outside), the report times t.
+
+    The paper's text takes t over the whole model; the authors' code per layer; ``scope`` picks ("tensor",
+    "model"). t is computed from the client's own weights and never made public, so the report is **not**
+    ε-LDP: its support [-C t, C t] reveals t (``ldptut.attacks.recover_piecewise_scale``). :meth:`guarantee` states
+    the per-weight ε PM would give with a public t, with that caveat in its note."""
+
+    def __init__(self, *, epsilon: float, scaling: str = "max", scope: str = "tensor") -> None:
+        self.epsilon = _epsilon(epsilon)
+        self.scaling = one_of(scaling, "scaling", SCALINGS)
+        self.scope = one_of(scope, "scope", ("tensor", "model"))
+        self._unit = Piecewise(epsilon=self.epsilon)
+
+    def scales(self, payloads: torch.Tensor, context: RoundContext) -> torch.Tensor:
+        """t per client and coordinate, (m, d): the max (or max |w|) of the coordinate's tensor (or model)."""
+        t = self._per_tensor(payloads, context)
+        if self.scope == "model":
+            return t.expand_as(payloads)
+        return t[:, context.layout.layer_index(payloads.device)]
+
+    def _per_tensor(self, payloads: torch.Tensor, context: RoundContext) -> torch.Tensor:
+        """t per client and tensor, (m, tensors) (one column for scope "model")."""
+        v = payloads.abs() if self.scaling == "max_abs" else payloads
+        if self.scope == "model":
+            return v.amax(-1, keepdim=True)
+        return torch.stack([v[:, s].amax(-1) for s in context.layout.slices], dim=-1)
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        bad = ~torch.isfinite(payloads).all(-1)      # a client whose training blew up: its report stays NaN
+        if bool(bad.any()):
+            out = torch.full_like(payloads, float("nan"))
+            ok = (~bad).nonzero().flatten().tolist()
+            if ok:
+                sub = dataclasses.replace(context, client_ids=context.client_ids[ok],
+                                          generators=[context.generators[i] for i in ok])
+                out[ok] = self(payloads[ok], context=sub)
+            return out
+        t = self._per_tensor(payloads, context)
+        if not bool((t > 0).all()):
+            raise ValueError("a tensor's max weight is <= 0: Algorithm 2 divides by it (use scaling='max_abs')")
+        slices = [slice(0, payloads.shape[-1])] if self.scope == "model" else list(context.layout.slices)
+        unit = payloads.clone()
+        for j, s in enumerate(slices):              # θ / t, one scalar per client and tensor (line 2)
+            unit[:, s] /= t[:, j:j + 1]
+        for i, g in enumerate(context.generators):  # PM on every value (lines 3-10), the client's own stream
+            unit[i] = self._unit.privatize(unit[i], generator=g)
+        for j, s in enumerate(slices):              # times t (line 11)
+            unit[:, s] *= t[:, j:j + 1]
+        return unit
+
+    def guarantee(self, context: RoundContext) -> list[Guarantee]:
+        g = dataclasses.replace(self._unit.guarantee, note="only if t were public: the client's own max scales it, and the "
+                                               "reports reveal it (not LDP)")
+        return [g] * len(context.client_ids)
+
+    def __repr__(self) -> str:
+        return f"LayerScaledPiecewise(epsilon={self.epsilon}, scaling={self.scaling!r}, scope={self.scope!r})"

@@ -27,7 +27,7 @@ from .._validate import epsilon as _epsilon, fraction, pos_int, real
 from ..audits import exact_ldp_audit
 from ..data import Dataset
 from ..experiments import FedAvgRun, diverged_note
-from ..fl import PairedPerturbation, RoundContext
+from ..fl import PairedPerturbation, SmoothedMean
 from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
 from ..notebooks import P
 from ..rng import generator
@@ -517,23 +517,6 @@ def authors_side_table(side: Mapping[str, Any]) -> pd.DataFrame:
         out[f"{_NAMES[m]}, ours (%)"] = out["round"].map(g["ours"])
         out[f"{_NAMES[m]}, ours − theirs (points)"] = out["round"].map(g["ours"] - g["theirs"])
     return out
-
-
-# ------------------------------------------------------------------------------------ server rule
-@dataclass(frozen=True)
-class SmoothedMean:
-    """CorBin-FL's server smoothing (authors' code): W <- (1 - λ) W + λ mean(W_i*). λ = 1 is the plain mean.
-    The authors tuned λ on test accuracy; here it is an explicit option, tuned on a validation split."""
-
-    lam: float
-
-    def __post_init__(self) -> None:
-        fraction(self.lam, "smoothing λ")
-
-    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
-        if context.send != "weights":
-            raise ValueError("SmoothedMean mixes weights; use send='weights'")
-        return (1.0 - self.lam) * context.global_vector + self.lam * payloads.mean(dim=0), {}
 
 
 # ------------------------------------------------------------------------------------ runs

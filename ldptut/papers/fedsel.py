@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 

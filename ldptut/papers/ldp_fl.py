@@ -616,35 +616,6 @@ def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence
 
 
 # ------------------------------------------------------------------------------------- stored runs
-def from_record_v1(config: dict, history: pd.DataFrame) -> list[tuple[FedAvgRun, pd.DataFrame]]:
-    """A run record of format 1 (the chapter's configuration dict, ranges as ``repr`` strings) as a typed
-    run with its unchanged history; used by ``python -m ldptut.migrate``."""
-    import re
-
-    from ..mechanisms import MECHANISMS
-
-    def parse_range(text: Optional[str]) -> FixedRange | GlobalModelRange | None:
-        if text is None:
-            return None
-        m = re.fullmatch(r"(FixedRange|GlobalModelRange)\((.*)\)", text)
-        if m is None:
-            raise ValueError(f"unknown range {text!r} in a format-1 LDP-FL record")
-        kwargs = {k.strip(): float(v) for k, v in (part.split("=") for part in m.group(2).split(","))}
-        return (FixedRange if m.group(1) == "FixedRange" else GlobalModelRange)(**kwargs)
-
-    mechanism = config["mechanism"]
-    if mechanism is not None:
-        names = {cls.__name__: name for name, cls in MECHANISMS.items()}
-        mechanism = names[mechanism]
-    run = FedAvgRun(paper="ldp_fl", dataset=config["dataset"], model=config["model"], n_clients=config["n_clients"],
-                    rounds=config["rounds"], seed=config["seed"], partition=config["partition"],
-                    client_fraction=config["client_fraction"], local_epochs=config["local_epochs"],
-                    batch_size=config["batch_size"], lr=config["lr"], send=config["send"],
-                    aggregator=config["aggregator"], mechanism=mechanism, epsilon=config["epsilon"],
-                    range=parse_range(config["range"]))
-    return [(run, history)]
-
-
 # ------------------------------------------------------------------------- the chapter's tables and figures
 _VIEW_HEADERS = {"ours non-private (%)": "non-private (%)", "privacy cost (points, paired)": "privacy cost (points)",
                  "95 % CI": "95 % CI of ours (%)"}
@@ -724,7 +695,6 @@ def plot_sensitivity(sens: pd.DataFrame, panels: Sequence[tuple], *, base: FedAv
     """Final test accuracy (%) against the batch size or the local epochs (one panel per :func:`sensitivity_panels`
     entry, at most two per row), non-private dashed black, private red, mean ± std over seeds; ``paper``: the
     paper's number at this setting as a dotted line (its metric in the legend)."""
-    import matplotlib.pyplot as plt
     from ..display import figure
 
     ncols = min(2, len(panels))

@@ -16,7 +16,6 @@ private and the reports reveal it: :func:`ldptut.attacks` check in the chapter).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
@@ -25,9 +24,8 @@ import pandas as pd
 import torch
 
 from .._validate import epsilon as _epsilon, one_of
-from ..accounting import Guarantee
 from ..experiments import FedAvgRun
-from ..fl import FixedRange, LocalPerturbation, RoundContext
+from ..fl import SCALINGS, FixedRange, LayerScaledPiecewise, RoundContext
 from ..mechanisms import Piecewise
 from ..notebooks import P
 from ..personal import TRANSFORMS, PersonalizedLocalSGD
@@ -96,72 +94,6 @@ TABLE1 = pd.DataFrame(
 
 
 # ------------------------------------------------------------------------------------ Algorithm 2
-#: How a client scales a tensor before PM: the paper's max(θ), max|θ| (no value outside [-1, 1]), per tensor.
-SCALINGS = ("max", "max_abs")
-
-
-class LayerScaledPiecewise:
-    """Algorithm 2 (DataPerturbation) as a privatizer: per client and parameter tensor, t = max(w) (``scaling``
-    "max", the paper's) or max|w| ("max_abs"), PM with ε per weight on w / t (clipped to [-1, 1]: with t = max(w)
-    a negative weight below -t lies outside), the report times t.
-
-    The paper's text takes t over the whole model; the authors' code per layer; ``scope`` picks ("tensor",
-    "model"). t is computed from the client's own weights and never made public, so the report is **not**
-    ε-LDP: its support [-C t, C t] reveals t (``ldptut.attacks.recover_piecewise_scale``). :meth:`guarantee` states
-    the per-weight ε PM would give with a public t, with that caveat in its note."""
-
-    def __init__(self, *, epsilon: float, scaling: str = "max", scope: str = "tensor") -> None:
-        self.epsilon = _epsilon(epsilon)
-        self.scaling = one_of(scaling, "scaling", SCALINGS)
-        self.scope = one_of(scope, "scope", ("tensor", "model"))
-        self._unit = Piecewise(epsilon=self.epsilon)
-
-    def scales(self, payloads: torch.Tensor, context: RoundContext) -> torch.Tensor:
-        """t per client and coordinate, (m, d): the max (or max |w|) of the coordinate's tensor (or model)."""
-        t = self._per_tensor(payloads, context)
-        if self.scope == "model":
-            return t.expand_as(payloads)
-        return t[:, context.layout.layer_index(payloads.device)]
-
-    def _per_tensor(self, payloads: torch.Tensor, context: RoundContext) -> torch.Tensor:
-        """t per client and tensor, (m, tensors) (one column for scope "model")."""
-        v = payloads.abs() if self.scaling == "max_abs" else payloads
-        if self.scope == "model":
-            return v.amax(-1, keepdim=True)
-        return torch.stack([v[:, s].amax(-1) for s in context.layout.slices], dim=-1)
-
-    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
-        bad = ~torch.isfinite(payloads).all(-1)      # a client whose training blew up: its report stays NaN
-        if bool(bad.any()):
-            out = torch.full_like(payloads, float("nan"))
-            ok = (~bad).nonzero().flatten().tolist()
-            if ok:
-                sub = dataclasses.replace(context, client_ids=context.client_ids[ok],
-                                          generators=[context.generators[i] for i in ok])
-                out[ok] = self(payloads[ok], context=sub)
-            return out
-        t = self._per_tensor(payloads, context)
-        if not bool((t > 0).all()):
-            raise ValueError("a tensor's max weight is <= 0: Algorithm 2 divides by it (use scaling='max_abs')")
-        slices = [slice(0, payloads.shape[-1])] if self.scope == "model" else list(context.layout.slices)
-        unit = payloads.clone()
-        for j, s in enumerate(slices):              # θ / t, one scalar per client and tensor (line 2)
-            unit[:, s] /= t[:, j:j + 1]
-        for i, g in enumerate(context.generators):  # PM on every value (lines 3-10), the client's own stream
-            unit[i] = self._unit.privatize(unit[i], generator=g)
-        for j, s in enumerate(slices):              # times t (line 11)
-            unit[:, s] *= t[:, j:j + 1]
-        return unit
-
-    def guarantee(self, context: RoundContext) -> list[Guarantee]:
-        g = dataclasses.replace(self._unit.guarantee, note="only if t were public: the client's own max scales it, and the "
-                                               "reports reveal it (not LDP)")
-        return [g] * len(context.client_ids)
-
-    def __repr__(self) -> str:
-        return f"LayerScaledPiecewise(epsilon={self.epsilon}, scaling={self.scaling!r}, scope={self.scope!r})"
-
-
 def scaled_variance(w: Any, *, epsilon: float, scale: float) -> torch.Tensor:
     """Theorem 1 / Eq. 6: the variance of t * PM(w / t), w^2 / (e^{ε/2} - 1) + t^2 (e^{ε/2} + 3) / (3 (e^{ε/2} - 1)^2),
     = t^2 Var_PM(w / t) of the ideal (real-valued) PM (float64). The package's PM reports on a grid whose variance is

@@ -38,8 +38,8 @@ import torch
 from .. import data as _d
 from .. import partition as _p
 from .._validate import one_of, pos_int, real
-from ..accounting import Guarantee
-from ..fl import FLConfig, Run, RoundContext, mean_aggregator, simulate
+from ..fl import (C_READINGS, ON_EMPTY, FLConfig, PersonalizedPerturbation, ProbabilitySelection, Run, SignOf,
+                  WeightedBySigma, inverse_sigma_weights, mean_aggregator, selection_probabilities, simulate)
 from ..mechanisms import Gaussian, LdpSign, Mechanism
 from ..models import LogisticRegression
 from ..notebooks import P
@@ -71,9 +71,6 @@ PAPER = Paper(
 )
 
 PROTOCOLS = ("iid", "noniid")
-ON_EMPTY = ("keep", "all")
-#: Readings of aggregation C (:class:`ProbabilitySelection`): normalisation of P_i / how the server draws.
-C_READINGS = ("sum/round", "max/round", "sum/client", "max/client")
 AGGREGATIONS = ("A", "B", "C")
 
 #: Wu, Xu, Zhu (Appl. Sci. 2023), Section 5: experiment settings as printed (5.2.1 IID, 5.3.1 non-IID).
@@ -172,140 +169,6 @@ def paper_gaussian_sigma(epsilon: float, *, delta: float, q: float, rounds: int,
     if reading == "bracket_outside":
         return 4.0 * qq * math.sqrt(2.0 * r / (1.0 - qq)) * bracket
     raise ValueError(f"unknown reading {reading!r}; known: {SIGMA_READINGS}")
-
-
-# ------------------------------------------------------------------------------------ aggregation
-def _rho(sigmas: Sequence[float]) -> torch.Tensor:
-    s = torch.as_tensor([real(v, "sigma", positive=True) for v in sigmas], dtype=torch.float64)
-    if s.numel() == 0:
-        raise ValueError("sigmas must hold one value per client")
-    return 1.0 / s
-
-
-def inverse_sigma_weights(sigmas: Sequence[float]) -> torch.Tensor:
-    """α_i = ρ_i / Σ_j ρ_j with ρ_i = 1/σ_i (Wu et al. Section 4.1); sums to one."""
-    rho = _rho(sigmas)
-    return rho / rho.sum()
-
-
-def selection_probabilities(sigmas: Sequence[float]) -> torch.Tensor:
-    """P_i = ρ_i / Σ_j ρ_j (Wu et al. Section 4.2): the same numbers as the weights of B."""
-    return inverse_sigma_weights(sigmas)
-
-
-class WeightedBySigma:
-    """B: weighted mean Σ α_i G̃_i / Σ α_i, α_i ∝ 1/σ_i (Wu et al. Section 4.1), over the clients of the round.
-
-    ``sigmas`` holds σ_i for every client id (public: derived from the public ε_i).
-    """
-
-    def __init__(self, sigmas: Sequence[float]):
-        self.rho = _rho(sigmas)
-
-    def weights(self, client_ids: torch.Tensor) -> torch.Tensor:
-        r = self.rho[client_ids.cpu()]
-        return r / r.sum()
-
-    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
-        return self.weights(context.client_ids).to(payloads) @ payloads, {}
-
-    def __repr__(self) -> str:
-        return f"WeightedBySigma(n={self.rho.numel()})"
-
-
-class ProbabilitySelection:
-    """C: probability-based selection (Wu et al. Section 4.2), in one of the readings of :data:`C_READINGS`.
-
-    The paper: "P_i = ρ_i / Σ_j ρ_j" (the operators partly lost in our text) with "0 < P_i <= 1", computed once
-    before training; each round the server draws ω ~ U(0, 1) and keeps the clients with P_i > ω. ``reading``
-    is "<normalisation>/<draw>":
-
-    * normalisation "sum" (adopted, the formula as printed): P_i = ρ_i / Σ_j ρ_j, so the P_i sum to one and
-      often **no client passes** (probability 1 - max_i P_i per round); "max": P_i = ρ_i / max_j ρ_j, so the
-      least noisy client has P_i = 1 (the only way the stated P_i <= 1 is reached with several clients) and
-      always passes;
-    * draw "round" (adopted, as printed): one ω per round from ``context.server_generator``, keep P_i > ω (the
-      kept set is always the clients above a threshold); "client": each client kept on its own draw with
-      probability P_i.
-
-    When no client passes, ``on_empty`` decides (the paper does not say): ``"keep"`` (default) keeps the
-    previous global model (the round is skipped), ``"all"`` averages all clients (falls back to A). The
-    metrics report ``clients_used``, how many clients were kept.
-    """
-
-    def __init__(self, sigmas: Sequence[float], *, on_empty: str = "keep", reading: str = "sum/round"):
-        self.reading = one_of(reading, "reading", C_READINGS)
-        self.normalise, self.draw = self.reading.split("/")
-        rho = _rho(sigmas)
-        self.probabilities = rho / (rho.sum() if self.normalise == "sum" else rho.max())
-        self.on_empty = one_of(on_empty, "on_empty", ON_EMPTY)
-
-    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
-        g = context.server_generator
-        if g is None:
-            raise ValueError("ProbabilitySelection needs context.server_generator (the server's ω draw)")
-        p = self.probabilities[context.client_ids.cpu()]
-        if self.draw == "round":
-            omega = torch.rand((), generator=g, dtype=torch.float64, device=g.device).item()
-            keep = p > omega
-        else:  # one draw per client
-            keep = torch.rand(p.shape, generator=g, dtype=torch.float64, device=g.device).cpu() < p
-        used = {"clients_used": int(keep.sum())}
-        if not bool(keep.any()):
-            if self.on_empty == "keep":
-                return context.global_vector.to(payloads).clone(), used
-            return payloads.mean(dim=0), used
-        return payloads[keep.to(payloads.device)].mean(dim=0), used
-
-    def __repr__(self) -> str:
-        return (f"ProbabilitySelection(n={self.probabilities.numel()}, on_empty={self.on_empty!r}, "
-                f"reading={self.reading!r})")
-
-
-class SignOf:
-    """Non-IID server rule: W = sign(f(G̃_1, ..., G̃_N)) (Wu et al. Section 3.2, Algorithm 2 line 7); sign(0) = 0."""
-
-    def __init__(self, aggregator: Any):
-        self.aggregator = aggregator
-
-    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
-        vec, metrics = self.aggregator(payloads, context=context)
-        return torch.sign(vec), metrics
-
-    def __repr__(self) -> str:
-        return f"SignOf({self.aggregator!r})"
-
-
-class PersonalizedPerturbation:
-    """Client-side privatizer with one mechanism per client id (personalized ε_i); ``None`` = no noise.
-
-    Every payload is clipped to [-clip, clip] first (Algorithm 1), then row i (client
-    ``context.client_ids[i]``) goes through ``mechanisms[id]`` with ``context.generators[i]``. With ``sign``
-    (non-IID protocol, Algorithm 2) a client without a mechanism sends sign(G). :meth:`guarantee` is each
-    client's mechanism's (per coordinate per round; None for a client without noise).
-    """
-
-    def __init__(self, mechanisms: Sequence[Optional[Mechanism]], *, clip: float, sign: bool = False):
-        self.mechanisms = list(mechanisms)
-        self.clip = real(clip, "clip", positive=True)
-        self.sign = bool(sign)
-
-    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
-        clipped = payloads.clamp(-self.clip, self.clip)
-        out = clipped.clone()
-        for row, (cid, g) in enumerate(zip(context.client_ids.tolist(), context.generators)):
-            mech = self.mechanisms[cid]
-            if mech is not None:
-                out[row] = mech.privatize(clipped[row], generator=g)
-            elif self.sign:
-                out[row] = torch.sign(clipped[row])
-        return out
-
-    def guarantee(self, context: RoundContext) -> list[Optional[Guarantee]]:
-        return [None if self.mechanisms[c] is None else self.mechanisms[c].guarantee for c in context.client_ids.tolist()]
-
-    def __repr__(self) -> str:
-        return f"PersonalizedPerturbation({len(self.mechanisms)} clients, clip={self.clip:g}, sign={self.sign})"
 
 
 # ------------------------------------------------------------------------------------- the data
@@ -803,30 +666,6 @@ def compare(runs: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = Non
 
 
 # ------------------------------------------------------------------------------------- stored runs
-def from_record_v1(config: dict, history: pd.DataFrame) -> list[tuple[WuRun, pd.DataFrame]]:
-    """A format-1 record (one seed's whole grid, its runs numbered in :func:`grid_scenarios` order) as one
-    typed run per scenario with its rows of the history; used by ``python -m ldptut.migrate``."""
-    protocol, name = config["experiment"].split()
-    s = config["setting"]
-    out = []
-    for i, (scenario, label, eps, agg) in enumerate(grid_scenarios(s)):
-        rows = history[history["run"] == i].drop(columns="run").reset_index(drop=True)
-        if rows.empty:
-            raise ValueError(f"{config['experiment']} seed {config['seed']}: no history for run {i} ({label}, {agg})")
-        out.append((WuRun(
-            paper="wu2023", dataset=name, model="ovr_logreg", n_clients=s["n_clients"], rounds=config["rounds"],
-            seed=config["seed"], protocol=protocol, scenario=scenario, profile=label, epsilons=tuple(eps),
-            aggregation=agg, delta=s["delta"], clip=s["clip"], n_train=config["n_train"], n_test=config["n_test"],
-            q=s.get("q", 1.0) if protocol == "iid" else 1.0, l2=s.get("l2") if protocol == "noniid" else None,
-            reading=config["reading"], on_empty=config["on_empty"], data_seed=config["data_seed"],
-            dirichlet_alpha=config["dirichlet_alpha"], local_passes=config["local_passes"], alpha=config["alpha"]),
-            rows))
-    if sorted(set(history["run"])) != list(range(len(out))):
-        raise ValueError(f"{config['experiment']} seed {config['seed']}: runs {sorted(set(history['run']))} do not "
-                         f"match the grid's {len(out)} scenarios")
-    return out
-
-
 # ------------------------------------------------------------------------------- the chapter's tables and figures
 #: (features D, classes K) of each data set's one-vs-rest linear model: d = K (D + 1) weights.
 FEATURES = {"digits": (64, 10), "fashion_mnist": (784, 10), "covertype": (54, 7), "mnist": (784, 10)}
