@@ -5,10 +5,10 @@ rendered from it, any other is executed during the build, one after the other. `
 runs this script, which fills it with jupyter-cache's parallel executor (one process per job), so that
 `jupyter-book build` finds every chapter executed and only renders.
 
-Each kernel keeps the thread count it would have alone (torch's default, or OMP_NUM_THREADS): floating-point sums
-depend on how many threads share them (PD-LDPFL's attack and Table 1 numbers change at one thread), so a chapter
-executed here prints what it prints executed alone. The kernels' threads then outnumber the cores, so OpenMP's
-threads sleep instead of spinning while they wait (OMP_WAIT_POLICY=PASSIVE, see the README's Performance section).
+Each kernel has the thread count OMP_NUM_THREADS gives (`make book` sets 2, the count the committed outputs were
+computed with: floating-point sums depend on how many threads share them, and PD-LDPFL's attack and Table 1 numbers
+change at one thread), however many kernels run at once. The kernels' threads may then outnumber the cores, so
+OpenMP's threads sleep instead of spinning while they wait (OMP_WAIT_POLICY=PASSIVE, see the README's Performance).
 On 2 CPU cores, FedSel and CoQ-FL executed one after the other in 255 s, two at a time in 155 s (same outputs).
 
     python book/_execute_chapters.py [--jobs N] [--cache PATH] [--timeout S] book/<chapter>.ipynb ...

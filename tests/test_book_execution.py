@@ -4,6 +4,7 @@ one at a time), a failing chapter must fail the step with its traceback and leav
 in its notebook's folder with OpenMP's passive waiting."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,8 @@ def _notebook(path: Path, source: str) -> Path:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}   # make test sets it: the script must
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_executions_land_where_the_build_finds_them_and_a_failure_fails_the_step(tmp_path):
