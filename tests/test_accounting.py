@@ -264,3 +264,51 @@ def test_randomized_response_epsilon_matches_dp_accountings_pld(epsilon):
                                                value_discretization_interval=1e-5)
     pld.compose(dp_accounting.RandomizedResponseDpEvent(noise_parameter=2 * (1 - rr.p), num_buckets=2))
     assert rr.guarantee.epsilon == pytest.approx(pld.get_epsilon(0.0), abs=2e-5)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0, 3.0])
+def test_laplace_calibration_matches_dp_accountings_pld(epsilon):
+    """Our Laplace on [c - r, c + r] has scale b = 2r / ε for its stated ε: as dp-accounting's LaplaceDpEvent of
+    noise multiplier b / Δ with Δ = 2r (its sensitivity-1 Laplace, for the neighbours x, x' of the range), its PLD
+    accountant gives at δ = 1e-5 the closed form of one pure ε Laplace, ε(δ) = ε + 2 ln(1 - δ), and our ε is the limit
+    δ -> 0 of it (the PLD answers inf at δ = 0 exactly: its tails are truncated)."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from ldptut.mechanisms import Laplace
+
+    radius, delta = 0.5, 1e-5
+    mech = Laplace(epsilon=epsilon, center=0.0, radius=radius)
+    pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                               value_discretization_interval=1e-5)
+    pld.compose(dp_accounting.LaplaceDpEvent(noise_multiplier=float(mech.scale) / (2 * radius)))
+    theirs = pld.get_epsilon(delta)
+    assert theirs == pytest.approx(epsilon + 2 * math.log1p(-delta), abs=1e-9)
+    assert mech.guarantee.epsilon == epsilon and theirs < epsilon
+
+
+@pytest.mark.parametrize("epsilon, d, rounds", [(1.0, 4, 5), (0.1, 10, 20)])
+def test_the_client_accountants_basic_composition_bounds_the_pld_of_its_laplace_releases(epsilon, d, rounds):
+    """k = d x rounds Laplace releases at ε each: the accountant's basic composition k ε (per model over training) is
+    above dp-accounting's PLD ε at δ = 1e-5 for the same releases, which is itself below the advanced composition
+    bound of Dwork, Rothblum and Vadhan (2010), sqrt(2 k ln(1/δ)) ε + k ε (e^ε - 1), wherever that is the smaller
+    (many releases at small ε: there basic composition is loose)."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from ldptut.accounting import ClientAccountant
+    from ldptut.mechanisms import Laplace
+
+    g = Laplace(epsilon=epsilon, center=0.0, radius=1.0).guarantee
+    acc = ClientAccountant(d=d)
+    for _ in range(rounds):
+        acc.step([0], [g])
+    ours, k, delta = acc.spent().epsilon, d * rounds, 1e-5
+    assert ours == pytest.approx(k * epsilon)
+    pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                               value_discretization_interval=1e-4)
+    pld.compose(dp_accounting.LaplaceDpEvent(noise_multiplier=1.0 / epsilon), k)
+    theirs = pld.get_epsilon(delta)
+    advanced = math.sqrt(2 * k * math.log(1 / delta)) * epsilon + k * epsilon * math.expm1(epsilon)
+    assert theirs < ours and theirs <= advanced
+    assert (advanced < ours) == (epsilon == 0.1)   # the two settings: advanced composition wins only at small ε
