@@ -18,7 +18,7 @@ from ldptut import data as D
 from ldptut import fedsgd, linear
 from ldptut.experiments import Runner
 from ldptut.mechanisms import Hybrid, Piecewise, TwoPoint
-from ldptut.papers import fedsel as F
+from ldptut.papers import fedsel as fs
 from ldptut.rng import generator
 from ldptut.runcache import RunCache
 from ldptut.selection import EMPTY, ExponentialSelection, PerturbedEncoding, PerturbedSampling, top_k_status
@@ -293,10 +293,10 @@ def test_cv_interval_is_the_corrected_resampled_t():
 
 def _fake_runs(rows):
     """runs_table-like rows: (method, lr, holdout, accuracy) on BANK / logistic at eps 2 (private methods)."""
-    base = F.base_run("bank", "logistic", folds=5, repeats=1)
+    base = fs.base_run("bank", "logistic", folds=5, repeats=1)
     out = []
     for method, lr, holdout, acc in rows:
-        c = F.method_run(method, base=base, epsilon=2.0).replace(lr=lr, holdout=holdout)
+        c = fs.method_run(method, base=base, epsilon=2.0).replace(lr=lr, holdout=holdout)
         out.append({"config": c, "dataset": c.dataset, "model": c.model, "accuracy": acc, "method": c.method})
     return pd.DataFrame(out)
 
@@ -306,42 +306,42 @@ def test_tuned_lrs_picks_each_methods_best_on_validation_and_ignores_test():
                        ("PM", 1.0, "test", 99.0),                                          # a test run: never used
                        ("PS-PM", 0.01, "validation", 88.0), ("PS-PM", 0.1, "validation", 88.0),
                        ("PS-PM", 1.0, "validation", 89.0)])
-    t = F.tuned_lrs(runs).set_index("method")
+    t = fs.tuned_lrs(runs).set_index("method")
     assert t.loc["PM", "lr"] == 0.1 and t.loc["PM", "validation accuracy"] == 85.0 and not t.loc["PM", "at grid edge"]
     assert t.loc["PS-PM", "lr"] == 1.0 and t.loc["PS-PM", "at grid edge"]
     assert t.loc["PM", "tried"] == [0.01, 0.1, 1.0]
-    ties = F.tuned_lrs(_fake_runs([("PM", 1.0, "validation", 88.0), ("PM", 0.1, "validation", 88.0)]))
+    ties = fs.tuned_lrs(_fake_runs([("PM", 1.0, "validation", 88.0), ("PM", 0.1, "validation", 88.0)]))
     assert list(ties["lr"]) == [0.1]                                                       # ties: the smallest α
-    chosen = dict((c.method, c) for _, c in F.tuned_configs(F.tuned_lrs(runs), repeats=10))
+    chosen = dict((c.method, c) for _, c in fs.tuned_configs(fs.tuned_lrs(runs), repeats=10))
     assert chosen["PM"].lr == 0.1 and chosen["PS-PM"].lr == 1.0
     assert all(c.holdout == "test" and c.repeats == 10 for c in chosen.values())
     assert chosen["PM"] == t.loc["PM", "config"].replace(holdout="test", repeats=10)       # nothing else changes
     with pytest.raises(ValueError, match="two validation runs"):
-        F.tuned_lrs(_fake_runs([("PM", 0.1, "validation", 80.0), ("PM", 0.1, "validation", 81.0)]))
-    assert F.tuned_lrs(pd.DataFrame()).empty
+        fs.tuned_lrs(_fake_runs([("PM", 0.1, "validation", 80.0), ("PM", 0.1, "validation", 81.0)]))
+    assert fs.tuned_lrs(pd.DataFrame()).empty
 
 
 def test_dim_replaces_the_synthetic_data_sets_d_and_tuning_keeps_each_d_apart():
-    x, y = F.prepare("syn_l", dim=7)
-    x0, y0 = F.prepare("syn_l")
+    x, y = fs.prepare("syn_l", dim=7)
+    x0, y0 = fs.prepare("syn_l")
     assert x.shape == (60000, 7) and x0.shape == (60000, 100) and y.shape == y0.shape
     assert torch.equal(x, D.sparse_synthetic(60000, 7, c1=0.01, c2=0.9, seed=0)[0])
     with pytest.raises(ValueError, match="synthetic"):
-        F.prepare("bank", dim=7)
+        fs.prepare("bank", dim=7)
     runs = _fake_runs([("PM", 0.01, "validation", 80.0), ("PM", 0.1, "validation", 70.0)])
     runs = pd.concat([runs, runs.assign(config=[c.replace(dataset="syn_l", dim=50) for c in runs["config"]],
                                         dataset="syn_l", accuracy=[60.0, 65.0])], ignore_index=True)
     runs = pd.concat([runs, runs.iloc[2:].assign(config=[c.replace(dim=25) for c in runs["config"].iloc[2:]],
                                                  accuracy=[66.0, 61.0])], ignore_index=True)
-    t = F.tuned_lrs(runs)
+    t = fs.tuned_lrs(runs)
     assert sorted(zip(t["config"].map(lambda c: str(c.dim)), t["lr"])) == [("25", 0.01), ("50", 0.1), ("None", 0.01)]
-    assert {c.dim for _, c in F.tuned_configs(t, repeats=3, experiment="d sweep")} == {None, 25, 50}
+    assert {c.dim for _, c in fs.tuned_configs(t, repeats=3, experiment="d sweep")} == {None, 25, 50}
 
 
 def test_compare_says_a_sign_is_reproduced_only_where_the_interval_excludes_zero():
-    assert F._verdict(2.0, 0.5, 3.0) == "yes" and F._verdict(2.0, -0.5, 3.0) == "unclear"
-    assert F._verdict(2.0, -3.0, -0.5) == "opposite" and F._verdict(-0.16, -1.0, -0.2) == "yes"
-    assert F._verdict(2.0, None, None) == ""
+    assert fs._verdict(2.0, 0.5, 3.0) == "yes" and fs._verdict(2.0, -0.5, 3.0) == "unclear"
+    assert fs._verdict(2.0, -3.0, -0.5) == "opposite" and fs._verdict(-0.16, -1.0, -0.2) == "yes"
+    assert fs._verdict(2.0, None, None) == ""
 
 
 # ============================================================================================ train
@@ -473,7 +473,7 @@ def test_train_rejects_bad_input():
 # ============================================================================================ FedSelRun
 def _run(**kw):
     base = dict(paper="fedsel", dataset="syn_l", model="logistic", n_clients=2000, rounds=10, folds=2, repeats=1)
-    return F.FedSelRun(**{**base, **kw})
+    return fs.FedSelRun(**{**base, **kw})
 
 
 def test_same_seed_same_history_and_another_seed_differs():
@@ -563,16 +563,16 @@ def test_budgets_and_reporters():
 def test_every_method_name_round_trips_through_method_run():
     base = _run()
     names = set()
-    for name in F.METHODS:
-        run = F.method_run(name, base=base, epsilon=1.5)
+    for name in fs.METHODS:
+        run = fs.method_run(name, base=base, epsilon=1.5)
         assert run.method == name
         private = run.perturbation is not None or run.selection in ("exp", "pe", "ps")
         assert run.epsilon == (1.5 if private else None)
         names.add(run.label())
-    assert len(names) == len(F.METHODS)
+    assert len(names) == len(fs.METHODS)
     with pytest.raises(ValueError, match="method"):
-        F.method_run("PS-LAPLACE", base=base, epsilon=1.0)
-    grid = F.configs(datasets=["syn_l"], models=["logistic", "svm"], epsilons=[1.0, 2.0], methods=["NP", "PM", "PS-PM"],
+        fs.method_run("PS-LAPLACE", base=base, epsilon=1.0)
+    grid = fs.configs(datasets=["syn_l"], models=["logistic", "svm"], epsilons=[1.0, 2.0], methods=["NP", "PM", "PS-PM"],
                      folds=2, repeats=1)
     assert len(grid) == 2 * (1 + 2 + 2) and {c.n_clients for _, c in grid} == {60000}
 
@@ -582,7 +582,7 @@ def test_two_stage_epsilon_pe_exceeds_its_claim_ps_and_exp_do_not():
     for sel in ("exp", "pe", "ps"):
         for control in (False, True):
             run = _run(selection=sel, perturbation="pm", epsilon=2.0, epochs=2, control=control)
-            t = F.two_stage_epsilon(run, d)
+            t = fs.two_stage_epsilon(run, d)
             e1, e2 = run.budgets
             assert t["ε1"] == pytest.approx(e1) and t["ε2"] == pytest.approx(e2)
             assert t["per report, claimed"] == pytest.approx(e1 + e2, abs=1e-9)
@@ -592,7 +592,7 @@ def test_two_stage_epsilon_pe_exceeds_its_claim_ps_and_exp_do_not():
                 assert t["per report, true"] > t["per report, claimed"] + 1e-6
             else:
                 assert t["per report, true"] == pytest.approx(t["per report, claimed"], abs=1e-9)
-    flat = F.two_stage_epsilon(_run(selection="random", perturbation="pm", epsilon=2.0), d)
+    flat = fs.two_stage_epsilon(_run(selection="random", perturbation="pm", epsilon=2.0), d)
     assert flat["per report, true"] == pytest.approx(2.0) and flat["ε1"] == 0.0 and flat["private"]
 
 
@@ -600,10 +600,10 @@ def test_two_stage_epsilon_pe_exceeds_its_claim_ps_and_exp_do_not():
 def test_selection_only_runs_send_the_value_in_clear_so_their_loss_is_unbounded(sel):
     # Fig. 2's selection-only runs: all of ε' selects, the selected raw value is sent unperturbed
     run = _run(selection=sel, perturbation=None, epsilon=2.0, epochs=2)
-    t = F.two_stage_epsilon(run, 100)
+    t = fs.two_stage_epsilon(run, 100)
     assert t["ε1"] == pytest.approx(1.0) and t["ε2"] == 0.0 and t["per report, claimed"] == pytest.approx(1.0)  # ε / E
     assert t["per report, true"] == math.inf and t["per user (E reports), true"] == math.inf and not t["private"]
-    table = F.pe_privacy_table(ds=[20, 100], k_fractions=[0.1], epsilons=[0.5, 1.0])
+    table = fs.pe_privacy_table(ds=[20, 100], k_fractions=[0.1], epsilons=[0.5, 1.0])
     assert len(table) == 4 and bool((table["PE / ε1"] > 1).all())
     assert (table["PS true loss"] - table["ε1 (claimed)"]).abs().max() < 1e-9
     assert (table["EXP true loss"] - table["ε1 (claimed)"]).abs().max() < 1e-9
@@ -613,21 +613,21 @@ def test_hyper_parameter_free_mu():
     theta = 0.2
     d, e = 100, 0.75
     ms = (1, 10, 100, 300, 1000, 10**4, 10**6)
-    mus = [F.hyper_parameter_free_mu(m=m, epsilon_report=e, d=d, theta=theta) for m in ms]
+    mus = [fs.hyper_parameter_free_mu(m=m, epsilon_report=e, d=d, theta=theta) for m in ms]
     assert all(0.0 <= mu <= theta for mu in mus)
     assert all(a <= b for a, b in zip(mus, mus[1:])) and mus[0] == 0.0 and mus[-1] == theta
     # by hand: need = sqrt(d ln d / m), mu = clip(1 - need / eps', 0, theta)
-    assert F.hyper_parameter_free_mu(m=1000, epsilon_report=e, d=d) == pytest.approx(
+    assert fs.hyper_parameter_free_mu(m=1000, epsilon_report=e, d=d) == pytest.approx(
         1 - math.sqrt(d * math.log(d) / 1000) / e)
-    assert F.hyper_parameter_free_mu(m=1000, epsilon_report=4.0, d=d, theta=0.3) == 0.3
+    assert fs.hyper_parameter_free_mu(m=1000, epsilon_report=4.0, d=d, theta=0.3) == 0.3
     with pytest.raises(ValueError, match="epsilon"):
-        F.hyper_parameter_free_mu(m=10, epsilon_report=0.0, d=d)
+        fs.hyper_parameter_free_mu(m=10, epsilon_report=0.0, d=d)
     with pytest.raises(ValueError, match="m"):
-        F.hyper_parameter_free_mu(m=0, epsilon_report=1.0, d=d)
+        fs.hyper_parameter_free_mu(m=0, epsilon_report=1.0, d=d)
 
 
 def test_selection_seconds_times_every_selector():
-    t = F.selection_seconds(20, users=50, repeats=1)
+    t = fs.selection_seconds(20, users=50, repeats=1)
     assert set(t) == {"EXP", "PE", "PS", "top-1", "random"} and all(0 < v < 1 for v in t.values())
 
 
@@ -650,17 +650,17 @@ def test_reported_is_table_3_and_compare_without_runs_says_not_run():
         ds, model, *vals = line.split()
         for (sel, what), v in zip([(s, w) for s in ("exp", "pe", "ps") for w in ("gain", "loss")], vals):
             want[(ds, model, sel, what)] = float(v)
-    assert len(F.REPORTED) == 48
-    got = {tuple(dict(r.setting)[k] for k in ("dataset", "model", "selection", "what")): r.value for r in F.REPORTED}
+    assert len(fs.REPORTED) == 48
+    got = {tuple(dict(r.setting)[k] for k in ("dataset", "model", "selection", "what")): r.value for r in fs.REPORTED}
     assert got == want
-    assert all(r.epsilon == 2.0 and r.source == "Table 3" for r in F.REPORTED)
-    out = F.compare(pd.DataFrame())
+    assert all(r.epsilon == 2.0 and r.source == "Table 3" for r in fs.REPORTED)
+    out = fs.compare(pd.DataFrame())
     assert len(out) == 24  # one row per (data set, model, selection): its gain and loss, 48 numbers
     assert set(out["gain, ours [95 % CI]"]) == {"not run"} and set(out["loss, ours [95 % CI]"]) == {"not run"}
     assert set(out["gain: sign reproduced"]) == {""}
     assert set(out["ours: runs"]) == {""}
     for _, row in out.iterrows():
-        ds = next(k for k, v in F.DATASETS.items() if v["label"] == row["data set"])
+        ds = next(k for k, v in fs.DATASETS.items() if v["label"] == row["data set"])
         assert row["gain, paper"] == want[(ds, row["model"], row["selection"].lower(), "gain")]
         assert row["loss, paper"] == want[(ds, row["model"], row["selection"].lower(), "loss")]
 
@@ -671,16 +671,16 @@ def test_gains_losses_and_compare_from_real_runs():
     the corrected resampled t of the fold-by-fold differences."""
     from ldptut.papers import cv_interval
 
-    grid = F.configs(datasets=["syn_l"], models=["logistic"], epsilons=[2.0],
+    grid = fs.configs(datasets=["syn_l"], models=["logistic"], epsilons=[2.0],
                      methods=["PM", "U-PM", "PS-PM", "PS-PM-C"], folds=3, repeats=1)
     runner = Runner(None, train=True, progress=False)
-    table = F.runs_table(runner.record_all([("table 3", c) for _, c in grid]))
+    table = fs.runs_table(runner.record_all([("table 3", c) for _, c in grid]))
     assert len(table) == 4 and table["accuracy"].between(0, 100).all()
     acc = {c.method: a for c, a in zip(table["config"], table["accuracy"])}
     folds = {c.method: r for c, r in zip(table["config"], table["accuracy_runs"])}
     assert all(len(r) == 3 for r in folds.values())
     assert all(100 * sum(folds[m]) / 3 == pytest.approx(acc[m], abs=1e-9) for m in acc)   # the mean of the folds
-    gl = F.gains_losses(table)
+    gl = fs.gains_losses(table)
     assert len(gl) == 3 and list(gl["selection"]) == ["EXP", "PE", "PS"]
     ps = gl[gl["selection"] == "PS"].iloc[0]
     for name, other in (("gain", "PM"), ("loss", "PS-PM"), ("gain over control", "U-PM")):
@@ -688,15 +688,15 @@ def test_gains_losses_and_compare_from_real_runs():
         m, lo, hi = cv_interval([100 * (x - y) for x, y in zip(folds["PS-PM-C"], folds[other])], folds=3)
         assert (ps[f"{name} lo"], ps[f"{name} hi"]) == pytest.approx((lo, hi)) and lo < ps[name] < hi
     assert gl[gl["selection"] != "PS"][["gain", "loss", "gain over control"]].isna().all().all()  # EXP / PE: not run
-    assert F.gains_losses(table, epsilon=1.0)[["gain", "loss"]].isna().all().all()  # other eps: nothing
+    assert fs.gains_losses(table, epsilon=1.0)[["gain", "loss"]].isna().all().all()  # other eps: nothing
     old = table.assign(accuracy_runs=[None] * len(table))                      # records stored without the folds
-    assert F.gains_losses(old)[["gain lo", "gain hi"]].isna().all().all()
-    cmp = F.compare(table)
+    assert fs.gains_losses(old)[["gain lo", "gain hi"]].isna().all().all()
+    cmp = fs.compare(table)
     assert len(cmp) == 24
     row = cmp[(cmp["data set"] == "syn-L-0.01-0.9") & (cmp["model"] == "logistic") & (cmp["selection"] == "PS")].iloc[0]
     assert row["gain, ours [95 % CI]"] == f"{ps['gain']:+.2f} [{ps['gain lo']:+.1f}, {ps['gain hi']:+.1f}]"
     assert row["loss, ours [95 % CI]"].startswith(f"{ps['loss']:+.2f} [")
-    assert row["gain: sign reproduced"] == F._verdict(5.975, ps["gain lo"], ps["gain hi"])
+    assert row["gain: sign reproduced"] == fs._verdict(5.975, ps["gain lo"], ps["gain hi"])
     assert row["ours: runs"] == "1 x 3-fold"
     others = cmp.drop(index=row.name)
     assert set(others["gain, ours [95 % CI]"]) == {"not run"} and set(others["loss, ours [95 % CI]"]) == {"not run"}
@@ -706,7 +706,7 @@ def _fig2_runs(cells):
     """runs_table-like test rows on ADULT: (model, method, eps, per-fold accuracies in [0, 1]) at 2 x 5-fold."""
     out = []
     for model, method, eps, folds in cells:
-        c = F.method_run(method, base=F.base_run("adult", model, folds=5, repeats=2), epsilon=eps)
+        c = fs.method_run(method, base=fs.base_run("adult", model, folds=5, repeats=2), epsilon=eps)
         out.append({"config": c, "dataset": "adult", "model": model, "method": method, "epsilon": eps,
                     "accuracy": 100 * sum(folds) / len(folds), "accuracy_runs": list(folds)})
     return pd.DataFrame(out)
@@ -720,7 +720,7 @@ def test_fig2_differences_pair_each_method_with_its_reference_fold_by_fold():
     runs = _fig2_runs([("logistic", "PM", 0.5, folds[0]), ("logistic", "PS-PM", 0.5, folds[1]),
                        ("logistic", "U-PM", 0.5, folds[2]), ("logistic", "PM", 2.0, folds[3]),
                        ("logistic", "PS-PM", 2.0, folds[4]), ("svm", "PM", 0.5, folds[5])])
-    d = F.fig2_differences(runs, pairs=[("PS-PM", "PM"), ("PS-PM", "U-PM"), ("PS-HM", "HM")])
+    d = fs.fig2_differences(runs, pairs=[("PS-PM", "PM"), ("PS-PM", "U-PM"), ("PS-HM", "HM")])
     assert set(d["pair"]) == {"PS-PM − PM", "PS-PM − U-PM"}                 # HM was not run: no column
     row = d[(d["model"] == "logistic") & (d["epsilon"] == 0.5) & (d["pair"] == "PS-PM − U-PM")].iloc[0]
     m, lo, hi = cv_interval([100 * (a - b) for a, b in zip(folds[1], folds[2])], folds=5)
@@ -729,21 +729,21 @@ def test_fig2_differences_pair_each_method_with_its_reference_fold_by_fold():
     assert at2.loc["PS-PM − PM", "difference"] == pytest.approx(100 * (sum(folds[4]) - sum(folds[3])) / 10)
     assert pd.isna(at2.loc["PS-PM − U-PM", "difference"])                   # U-PM missing at eps 2
     assert d[d["model"] == "svm"]["difference"].isna().all()
-    wide = F.fig2_gains(runs, pairs=[("PS-PM", "PM"), ("PS-PM", "U-PM")])
+    wide = fs.fig2_gains(runs, pairs=[("PS-PM", "PM"), ("PS-PM", "U-PM")])
     assert list(wide.columns) == ["a − b (points)", "model", "ε = 0.5", "ε = 2"] and len(wide) == 4
     assert list(wide["a − b (points)"]) == ["PS-PM − PM"] * 2 + ["PS-PM − U-PM"] * 2      # the pairs' order
     at = wide.set_index(["a − b (points)", "model"])
     assert at.loc[("PS-PM − U-PM", "logistic"), "ε = 0.5"] == f"{m:+.2f} [{lo:+.1f}, {hi:+.1f}]"
     assert at.loc[("PS-PM − U-PM", "logistic"), "ε = 2"] == "not run"
-    assert F.difference_cell(runs.iloc[1], runs.iloc[2]) == f"{m:+.2f} [{lo:+.1f}, {hi:+.1f}]"
-    assert F.difference_cell(runs.iloc[1], runs.iloc[2].drop("accuracy_runs")) == f"{m:+.2f}"   # no folds: no interval
-    ordered = F.in_method_order(runs.iloc[::-1])
+    assert fs.difference_cell(runs.iloc[1], runs.iloc[2]) == f"{m:+.2f} [{lo:+.1f}, {hi:+.1f}]"
+    assert fs.difference_cell(runs.iloc[1], runs.iloc[2].drop("accuracy_runs")) == f"{m:+.2f}"   # no folds: no interval
+    ordered = fs.in_method_order(runs.iloc[::-1])
     assert list(zip(ordered["model"], ordered["method"])) == [("logistic", "PM"), ("logistic", "PM"), ("logistic", "U-PM"),
                                                               ("logistic", "PS-PM"), ("logistic", "PS-PM"), ("svm", "PM")]
     two = pd.concat([runs, runs.assign(dataset="bank")])
     with pytest.raises(ValueError, match="one data set"):
-        F.fig2_differences(two)
-    assert F.fig2_differences(runs.iloc[:0]).empty
+        fs.fig2_differences(two)
+    assert fs.fig2_differences(runs.iloc[:0]).empty
 
 
 def test_followup_gives_each_tuned_method_its_test_run():
@@ -753,12 +753,12 @@ def test_followup_gives_each_tuned_method_its_test_run():
                        runs.iloc[:2].assign(experiment="fig 2 tuning", accuracy=[90.0, 70.0]),
                        runs.iloc[2:].assign(experiment="convergence tuning", accuracy=[60.0, 61.0])],
                       ignore_index=True)
-    out = F.followup({"repeats": 10}, table)
+    out = fs.followup({"repeats": 10}, table)
     got = sorted((e, c.method, c.lr, c.holdout, c.repeats, c.eval_every) for e, c in out)
-    every = F.base_run("bank", "logistic").eval_every
+    every = fs.base_run("bank", "logistic").eval_every
     assert got == [("convergence tuned", "PS-PM", 0.1, "test", 10, 5), ("fig 2 tuned", "PM", 0.01, "test", 10, every),
                    ("table 3 tuned", "PM", 0.1, "test", 10, every), ("table 3 tuned", "PS-PM", 0.01, "test", 10, every)]
-    assert F.followup({"repeats": 10}, table.iloc[:0]) == []
+    assert fs.followup({"repeats": 10}, table.iloc[:0]) == []
 
 
 # ============================================================================================ real data
@@ -779,7 +779,7 @@ def test_prepare_bank(monkeypatch):
     elif not (D.data_root() / "bank").is_dir():
         pytest.skip("no data mirror and no cached BANK: set LDPTUT_DATA_MIRROR (e.g. to ../shared/datasets)")
     try:
-        x, y = F.prepare("bank")
+        x, y = fs.prepare("bank")
     except D.DatasetUnavailable as e:  # pragma: no cover - depends on the machine
         pytest.skip(f"BANK unavailable: {e}")
     assert x.shape == (45211, 51) and y.shape == (45211,)
@@ -789,13 +789,13 @@ def test_prepare_bank(monkeypatch):
     scale = x.abs().amax(0)
     assert bool(((scale == 1.0) | (scale == 0.0)).all())  # each column divided by its largest |value|
     with pytest.raises(ValueError, match="dataset"):
-        F.prepare("bank2")
+        fs.prepare("bank2")
 
 
 def test_the_uniform_index_control_is_the_two_stage_report_with_a_random_index():
-    run = F.method_run("U-PM", base=_run(), epsilon=2.0)
+    run = fs.method_run("U-PM", base=_run(), epsilon=2.0)
     assert run.method == "U-PM" and run.budgets == (None, 2.0)            # no selection budget: all of ε' on the value
-    t = F.two_stage_epsilon(run, 100)
+    t = fs.two_stage_epsilon(run, 100)
     assert t["per report, true"] == pytest.approx(2.0) and t["private"]
     rep = run.reporter(100)
     assert isinstance(rep, fedsgd.SelectedCoordinate) and isinstance(rep.selector, fedsgd.UniformIndex)
@@ -828,10 +828,10 @@ def test_the_uniform_control_at_alpha_is_flat_pm_at_alpha_over_d_with_one_report
 # ============================================================================================ the chapter's tables and figures
 def _curve_rows(cells, *, model="logistic", dataset="adult"):
     """runs_table-like test rows: (method, eps or None, misclassification %, std) at one α, on test."""
-    base = F.base_run(dataset, model, folds=3, repeats=1)
+    base = fs.base_run(dataset, model, folds=3, repeats=1)
     out = []
     for method, eps, mis, sd in cells:
-        c = F.method_run(method, base=base, epsilon=eps)
+        c = fs.method_run(method, base=base, epsilon=eps)
         out.append({"config": c, "dataset": dataset, "model": model, "method": c.method, "epsilon": c.epsilon,
                     "accuracy": 100.0 - mis, "misclassification": mis, "accuracy_std": sd})
     return pd.DataFrame(out)
@@ -839,10 +839,10 @@ def _curve_rows(cells, *, model="logistic", dataset="adult"):
 
 def test_wide_pivots_in_order_with_labels_and_epsilon_columns():
     runs = _curve_rows([("PM", 2.0, 30.0, 1.0), ("PS-PM", 2.0, 24.0, 0.5), ("PM", 0.5, 40.0, 2.0), ("NP", None, 16.0, 0.1)])
-    w = F.wide(runs, index=["dataset", "model"], columns="method", values="accuracy", order=["NP", "PS-PM", "PM", "HM"])
+    w = fs.wide(runs, index=["dataset", "model"], columns="method", values="accuracy", order=["NP", "PS-PM", "PM", "HM"])
     assert list(w.columns) == ["data set", "model", "NP", "PS-PM", "PM"]           # order kept, absent methods left out
     assert w.iloc[0]["data set"] == "ADULT" and w.iloc[0]["PS-PM"] == 76.0
-    e = F.wide(runs[runs["epsilon"].notna()], index=["model", "method"], columns="epsilon", values="misclassification")
+    e = fs.wide(runs[runs["epsilon"].notna()], index=["model", "method"], columns="epsilon", values="misclassification")
     assert list(e.columns) == ["model", "method", "ε = 0.5", "ε = 2"]             # ε ascending, named
     assert list(e["method"]) == ["PM", "PS-PM"] and pd.isna(e.set_index("method").loc["PS-PM", "ε = 0.5"])
     assert e.columns.name is None
@@ -850,17 +850,17 @@ def test_wide_pivots_in_order_with_labels_and_epsilon_columns():
 
 def test_alpha_text_marks_the_grids_edge():
     tuned = pd.DataFrame({"lr": [0.01, 0.3, 10.0], "at grid edge": [True, False, True]})
-    assert F.alpha_text(tuned) == ["0.01*", "0.3", "10*"]
+    assert fs.alpha_text(tuned) == ["0.01*", "0.3", "10*"]
 
 
 def test_compare_view_keeps_our_rows_under_short_headers():
-    cmp = F.compare(pd.DataFrame())
-    assert F.compare_view(cmp).empty                                               # nothing run: no rows
+    cmp = fs.compare(pd.DataFrame())
+    assert fs.compare_view(cmp).empty                                               # nothing run: no rows
     cmp.loc[0, ["gain, ours [95 % CI]", "loss, ours [95 % CI]", "gain over U-PM, ours [95 % CI]"]] = [
         "+1.00 [-0.5, +2.5]", "+0.10 [-0.1, +0.3]", "+0.20 [-1.0, +1.4]"]
     cmp.loc[0, "gain: sign reproduced"] = "unclear"
-    v = F.compare_view(cmp)
-    assert list(v.columns) == list(F.COMPARE_VIEW.values()) and len(v) == 1
+    v = fs.compare_view(cmp)
+    assert list(v.columns) == list(fs.COMPARE_VIEW.values()) and len(v) == 1
     assert v.loc[0, "gain: paper"] == round(cmp.loc[0, "gain, paper"], 2) == 8.61   # syn-L logistic EXP: 8.6074
     assert v.loc[0, "X"] == "EXP" and v.loc[0, "sign reproduced"] == "unclear"
 
@@ -879,20 +879,20 @@ def test_data_and_budget_tables_and_the_majority_rate_from_memoised_data():
     x, y = D.sparse_synthetic(1000, 20, c1=0.01, c2=0.9, seed=0)
     y = torch.where(torch.arange(1000) < 700, 1.0, -1.0)                           # 70 % positives
     runner = _Memo({("fedsel-data", "syn_l", None): (x, y)})
-    assert F.data(runner, "syn_l")[0] is x
-    assert F.majority_rate(y) == pytest.approx(70.0) and F.majority_rate(-y) == pytest.approx(70.0)
-    t = F.data_table(["syn_l"], folds=5, runner=runner).iloc[0]
+    assert fs.data(runner, "syn_l")[0] is x
+    assert fs.majority_rate(y) == pytest.approx(70.0) and fs.majority_rate(-y) == pytest.approx(70.0)
+    t = fs.data_table(["syn_l"], folds=5, runner=runner).iloc[0]
     assert (t["records (users)"], t["d (ours)"], t["d (paper)"]) == (1000, 20, 100)
     assert (t["positives (%)"], t["majority class (%)"], t["users per fold"], t["batch m = 0.01 N"], t["k = 0.1 d"]) == (
         70.0, 70.0, 800, 8, 2)
-    b = F.budget_table(["syn_l"], epsilon=2.0, mu=0.1, runner=runner).set_index("method")
+    b = fs.budget_table(["syn_l"], epsilon=2.0, mu=0.1, runner=runner).set_index("method")
     assert list(b.index) == ["EXP-PM", "PE-PM", "PS-PM", "PE-PM-C", "PE"] and set(b["d"]) == {20}
     assert b.loc["PS-PM", "true"] == "2.0000" and b.loc["PE", "true"] == "unbounded"
     assert float(b.loc["PE-PM", "true"]) > 2.0 and b.loc["PE-PM-C", "per report: claimed"] == pytest.approx(2.2)
 
 
 def test_selection_check_finds_every_sampler_on_its_law():
-    t = F.selection_check(20_000)
+    t = fs.selection_check(20_000)
     assert list(t["mechanism"]) == ["EXP", "PE", "PS"] and set(t["max |freq - exact| / s.e."]) == {"< 5"}
     assert t["P[top-1 index] exact"].between(0.1, 0.5).all()
 
@@ -913,29 +913,29 @@ def test_the_chapters_figures_fit_the_column_two_panels_per_row():
         assert all(sum(round(ax.get_position().y0, 3) == r for ax in shown) <= 2 for r in rows)
         plt.close(fig)
 
-    cells = [(m, e, 30.0 - e, 1.0) for m in F.CURVE_METHODS if m not in F.IN_CLEAR for e in (0.5, 2.0)]
-    runs = _curve_rows(cells + [(m, None, 20.0, 0.5) for m in F.IN_CLEAR])
-    check(F.plot_fig2(runs, majority=76.0), 4)
+    cells = [(m, e, 30.0 - e, 1.0) for m in fs.CURVE_METHODS if m not in fs.IN_CLEAR for e in (0.5, 2.0)]
+    runs = _curve_rows(cells + [(m, None, 20.0, 0.5) for m in fs.IN_CLEAR])
+    check(fs.plot_fig2(runs, majority=76.0), 4)
     two = pd.concat([runs, _curve_rows(cells, model="svm")])
-    check(F.plot_fig2(two, majority=76.0), 8)
-    check(F.plot_fig2_tuned(runs[runs["method"].isin(["PM", "PS-PM", "HM", "PS-HM"])], majority=76.0), 2)
+    check(fs.plot_fig2(two, majority=76.0), 8)
+    check(fs.plot_fig2_tuned(runs[runs["method"].isin(["PM", "PS-PM", "HM", "PS-HM"])], majority=76.0), 2)
     f3b = runs[runs["method"].isin(["PM", "PS-PM"])].assign(label=lambda t: t["method"])
-    check(F.plot_fig3(runs[runs["method"].isin(["PM", "PS-PM"])], f3b, majority=76.0), 2)
+    check(fs.plot_fig3(runs[runs["method"].isin(["PM", "PS-PM"])], f3b, majority=76.0), 2)
     times = pd.DataFrame({"EXP": [1e-6, 1e-5], "PS": [5e-7, 4e-6]}, index=pd.Index([10, 100], name="d"))
-    check(F.plot_selection_cost(times), 1)
+    check(fs.plot_selection_cost(times), 1)
     val = _fake_runs([("PM", a, "validation", 80.0 + a) for a in (0.01, 0.1)]
                      + [("PS-PM", a, "validation", 85.0 - a) for a in (0.01, 0.1)])
     three = pd.concat([val] + [val.assign(dataset=ds, config=[c.replace(dataset=ds) for c in val["config"]])
                                for ds in ("adult", "kdd99")], ignore_index=True)
-    check(F.plot_tuning(three, model="logistic", majority={"bank": 88.3}), 3)   # three panels: two rows
+    check(fs.plot_tuning(three, model="logistic", majority={"bank": 88.3}), 3)   # three panels: two rows
 
 
 def test_difference_is_the_paired_difference_of_two_rows():
     runs = _fig2_runs([("logistic", "PM", 2.0, [0.70, 0.72, 0.74, 0.71, 0.73] * 2),
                        ("logistic", "PS-PM", 2.0, [0.75, 0.76, 0.74, 0.77, 0.75] * 2)])
     a, b = runs.iloc[1], runs.iloc[0]
-    diff, lo, hi = F.difference(a, b)
-    want = F.fig2_differences(runs, pairs=[("PS-PM", "PM")]).iloc[0]
+    diff, lo, hi = fs.difference(a, b)
+    want = fs.fig2_differences(runs, pairs=[("PS-PM", "PM")]).iloc[0]
     assert (diff, lo, hi) == pytest.approx((want["difference"], want["lo"], want["hi"]))
-    assert F.difference_cell(a, b) == f"{diff:+.2f} [{lo:+.1f}, {hi:+.1f}]"
-    assert F.difference(a, None) == (None, None, None)
+    assert fs.difference_cell(a, b) == f"{diff:+.2f} [{lo:+.1f}, {hi:+.1f}]"
+    assert fs.difference(a, None) == (None, None, None)

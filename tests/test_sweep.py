@@ -133,7 +133,7 @@ def test_the_followup_stage_needs_the_grid_stored(tmp_path):
 
 
 def _fedsel_notebook_runs(p):
-    from ldptut.papers import fedsel as F
+    from ldptut.papers import fedsel as fs
 
     common = dict(folds=p["folds"], repeats=p["repeats"], eta=p["eta"])
     curve, first = [p["curve_dataset"]], p["models"][:1]
@@ -141,43 +141,43 @@ def _fedsel_notebook_runs(p):
     sel, clear = ["EXP", "PE", "PS"], ["NP", "NP-RS", "NP-K"]
     f2 = sel + clear + ["PM", "PS-PM", "HM", "PS-HM", "Duchi", "PS-Duchi"] + ["EXP-PM", "PE-PM", "PM-RP"]
     acc = ["PM", "EXP-PM", "PE-PM", "PS-PM", "EXP-PM-O", "PE-PM-O", "PS-PM-O"]
-    out = [("table 3", c) for _, c in F.configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
+    out = [("table 3", c) for _, c in fs.configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
                                                 methods=t3, mu=p["mu"], lr=p["lr"], **common)]
-    out += [("tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in F.configs(
+    out += [("tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in fs.configs(
         datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]], methods=t3, mu=p["mu"],
         folds=p["folds"], repeats=p["tune_repeats"], eta=p["eta"])]
-    out += [("fig 2", c) for _, c in F.configs(datasets=curve, models=p["models"], epsilons=p["epsilons"], methods=f2,
+    out += [("fig 2", c) for _, c in fs.configs(datasets=curve, models=p["models"], epsilons=p["epsilons"], methods=f2,
                                                mu=p["mu"], lr=p["lr"], **common)]
-    out += [("fig 2 tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in F.configs(
+    out += [("fig 2 tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in fs.configs(
         datasets=curve, models=p["models"], epsilons=p["epsilons"], methods=p["fig2_tuned_methods"], mu=p["mu"],
         folds=p["folds"], repeats=p["tune_repeats"], eta=p["eta"])]
-    out += [("convergence", c.replace(eval_every=5)) for _, c in F.configs(
+    out += [("convergence", c.replace(eval_every=5)) for _, c in fs.configs(
         datasets=curve, models=first, epsilons=[4.0], methods=clear + sel, mu=p["mu"], lr=p["lr"], **common)]
-    out += [("convergence tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in F.configs(
+    out += [("convergence tuning", c.replace(lr=a, holdout="validation")) for a in p["lrs"] for _, c in fs.configs(
         datasets=curve, models=first, epsilons=[4.0], methods=clear + sel, mu=p["mu"], folds=p["folds"],
         repeats=p["tune_repeats"], eta=p["eta"])]
-    out += [("fig 3a", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=acc,
+    out += [("fig 3a", c) for _, c in fs.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=acc,
                                                 mu=p["mu"], lr=p["accumulation_lr"], epochs=p["accumulation_epochs"],
                                                 **common)]
-    out += [("fig 3b", F.method_run("PS-PM", base=F.base_run(curve[0], first[0], mu=m, lr=p["lr"], **common), epsilon=e))
+    out += [("fig 3b", fs.method_run("PS-PM", base=fs.base_run(curve[0], first[0], mu=m, lr=p["lr"], **common), epsilon=e))
             for m in p["mus"] for e in p["epsilons"]]
-    out += [("fig 3b", c) for _, c in F.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=["PM"],
+    out += [("fig 3b", c) for _, c in fs.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=["PM"],
                                                 lr=p["lr"], **common)]
     out += [("d sweep", c.replace(lr=a, holdout="validation", dim=d)) for d in p["dims"] for a in p["lrs"]
-            for _, c in F.configs(datasets=["syn_l"], models=first, epsilons=[p["epsilon"]],
+            for _, c in fs.configs(datasets=["syn_l"], models=first, epsilons=[p["epsilon"]],
                                   methods=["NP", "PM", "U-PM", "EXP-PM", "PS-PM"], mu=p["mu"], folds=p["folds"],
                                   repeats=p["tune_repeats"], eta=p["eta"])]
     return out
 
 
 def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
-    from ldptut.papers import fedsel as F
+    from ldptut.papers import fedsel as fs
 
     for params in (None, ROOT / "book/params/fedsel-paper.yaml"):
         p = sweep.chapter_parameters("fedsel", params)
         g = sweep.chapter_grid("fedsel", p)
         assert _keys(g) == _keys(_fedsel_notebook_runs(p)) and [e for e, _ in g] == [e for e, _ in _fedsel_notebook_runs(p)]
-        count = {e: [x for x, _ in g].count(e) for e in F.GRID_PARTS}
+        count = {e: [x for x, _ in g].count(e) for e in fs.GRID_PARTS}
         n_lrs = len(p["lrs"])
         n_dims = len(p["dims"])
         n_f2 = len(p["fig2_tuned_methods"])
@@ -208,9 +208,9 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
                                       + 5 * n_lrs)
     assert n_lrs == 10 and n_dims == 5 and {c.repeats for e, c in g if e not in tuning_parts} == {10}
     assert {c.repeats for e, c in g if e in tuning_parts} == {2} and n_f2 == 10
-    assert _keys(F.grid(p, parts=["tuning"])) == _keys([x for x in g if x[0] == "tuning"])
+    assert _keys(fs.grid(p, parts=["tuning"])) == _keys([x for x in g if x[0] == "tuning"])
     with pytest.raises(ValueError, match="unknown parts"):
-        F.grid(p, parts=["fig 9"])
+        fs.grid(p, parts=["fig 9"])
     f = tmp_path / "p.yaml"
     f.write_text("folds: 2\n")
     with pytest.raises(ValueError, match="folds must be >= 3"):   # a type cannot say it: grid() checks it
