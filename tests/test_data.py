@@ -183,8 +183,8 @@ def test_mirror_then_cache(name, shared_root):
         assert torch.equal(getattr(d1, f), getattr(d2, f)), f
     assert d2.classes == d1.classes and d2.description == d1.description
     print(f"\n{name}: mirror {t1 - t0:.2f}s, cache {t3 - t2:.2f}s, {d1!r}")
-    if name == "mnist":
-        assert t3 - t2 < 2.0, f"MNIST from cache took {t3 - t2:.2f}s"
+    if name in D.IMAGE_SHAPES:   # the shapes known without loading are the loaded ones
+        assert (tuple(d1.input_shape), d1.num_classes) == D.IMAGE_SHAPES[name]
 
 
 @needs_mirror
@@ -377,7 +377,7 @@ def test_download_of_wrong_bytes_refused(tmp_path, monkeypatch):
 def test_digits():
     d = D.load_dataset("digits")
     assert d.source == "bundled" and (d.n_train, d.n_test) == (1437, 360)
-    assert d.input_shape == (1, 8, 8) and d.num_classes == 10
+    assert d.input_shape == (1, 8, 8) and d.num_classes == 10 and (d.input_shape, d.num_classes) == D.IMAGE_SHAPES["digits"]
     _check_common(d)
     assert float(d.x_train.min()) == 0.0 and float(d.x_train.max()) == 1.0
     # stratified: every class has 35-37 test images

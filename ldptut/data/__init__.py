@@ -31,14 +31,14 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from .images import load_cifar10, load_digits, load_digits_raw, load_fashion_mnist, load_mnist
+from .images import IMAGE_SHAPES, load_cifar10, load_digits, load_digits_raw, load_fashion_mnist, load_mnist
 from .store import (ENV_MIRROR, ENV_ROOT, MIRROR_SHA256, DataError, Dataset, DatasetUnavailable, DeviceLike,  # noqa: F401
                     PathLike, data_root, mirror_path)
 from .synthetic import sparse_synthetic
 from .tabular import load_adult, load_bank, load_covertype, load_kddcup99
 
 __all__ = [
-    "Dataset", "DataError", "DatasetUnavailable", "DATASETS",
+    "Dataset", "DataError", "DatasetUnavailable", "DATASETS", "IMAGE_SHAPES",
     "load_dataset", "load_mnist", "load_fashion_mnist", "load_cifar10", "load_digits", "load_digits_raw",
     "load_adult", "load_bank", "load_kddcup99", "load_covertype", "sparse_synthetic",
     "data_root", "mirror_path",

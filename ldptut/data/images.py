@@ -14,6 +14,12 @@ import numpy as np
 import torch
 
 from ..rng import derive_seed
+
+#: (input shape, classes) of each image data set, known without loading it (a model's size, d, from a run's
+#: configuration); ``tests/test_data.py`` checks each loader against it.
+IMAGE_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "mnist": ((1, 28, 28), 10), "fashion_mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10), "digits": ((1, 8, 8), 10),
+}
 from .store import DataError, Dataset, DeviceLike, PathLike, _CACHE_VERSION, _atomic_write, _cache_file_ok, _obtain, _resolve_root, log
 
 

@@ -1095,14 +1095,12 @@ def stored_grid(params: Mapping[str, Any], cache_dir: str) -> pd.DataFrame:
     return table
 
 
-_SHAPES = {"mnist": ((1, 28, 28), 10), "fashion_mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
-
-
 def _n_params(c: CorbinRun) -> int:
     """d, the number of weights each client reports per round (one two-point report each)."""
+    from ..data import IMAGE_SHAPES
     from ..models import build_model, count_parameters
 
-    shape, k = _SHAPES[c.dataset]
+    shape, k = IMAGE_SHAPES[c.dataset]
     return count_parameters(build_model(c.model, input_shape=shape, num_classes=k))
 
 
