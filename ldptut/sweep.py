@@ -2,7 +2,7 @@
 
 The grid is the chapter's own: its paper module's ``grid(params)`` (the runs the notebook asks for), with the
 parameters of the notebook's ``parameters`` cell overridden by a parameter file (``book/params/*.yaml``), checked
-against the module's ``PARAMETERS``. Runs already in the run cache are skipped; the others are grouped as the
+against the module's ``Params``. Runs already in the run cache are skipped; the others are grouped as the
 chapter's :class:`~ldptut.experiments.Runner` would group them (:meth:`RunConfig.group_key`) and each group is one
 Ray task, which trains it and writes its records into the cache (``run_cache`` or ``cache_dir`` of the parameters,
 relative to ``book/``, or ``--cache``) as it finishes. So a sweep that is killed resumes where it stopped: run it
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .devices import resolve_device
+from .params import ChapterParams
 from .runcache import RunCache
 from .runconfig import RunConfig, group_indices
 
@@ -66,12 +67,10 @@ def _paper_module(chapter: str):
     raise ValueError(f"unknown chapter {chapter!r}; the chapters with a paper module: {chapters}")
 
 
-def chapter_parameters(chapter: str, params_file: Optional[str | Path] = None) -> dict[str, Any]:
-    """The chapter's parameters: its notebook's defaults, overridden by ``params_file`` (YAML), checked against
-    its paper module's ``PARAMETERS``."""
+def chapter_parameters(chapter: str, params_file: Optional[str | Path] = None) -> ChapterParams:
+    """The chapter's parameters: its notebook's defaults, overridden by ``params_file`` (YAML), as its paper module's
+    ``Params`` (checked: a bad or unknown name raises :class:`~ldptut.params.ParameterError`)."""
     import yaml
-
-    from .notebooks import check_parameters
 
     mod = _paper_module(chapter)
     params = notebook_parameters(ROOT / f"{mod.PAPER.chapter}.ipynb")
@@ -89,10 +88,7 @@ def chapter_parameters(chapter: str, params_file: Optional[str | Path] = None) -
             raise ValueError(f"parameter file {path} must be a mapping of 'name: value' lines, got a YAML "
                              f"{type(doc).__name__}")
         params.update(doc or {})
-    spec = getattr(mod, "PARAMETERS", None)
-    if spec is not None:
-        check_parameters(params, spec)
-    return params
+    return mod.Params.of(params)
 
 
 def chapter_grid(chapter: str, params: Mapping[str, Any]) -> list[tuple[str, RunConfig]]:

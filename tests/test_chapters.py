@@ -33,8 +33,8 @@ def test_every_paper_has_the_same_face_and_its_files(module):
 
 @pytest.mark.parametrize("module", paper_modules(), ids=PAPERS)
 def test_every_paper_module_has_the_same_signatures(module):
-    """The face the sweep and the chapters use, checked by signature: ``PARAMETERS`` (name -> validator, the
-    chapter's parameter names), ``grid(p, *, ...)`` (the whole grid from the parameters), ``compare(runs, *, ...)``
+    """The face the sweep and the chapters use, checked by signature: ``Params`` (a frozen dataclass of the chapter's
+    parameters cell: names, order, defaults; ``PARAMETERS`` its name -> check), ``grid(p, *, ...)`` (the whole grid from the parameters), ``compare(runs, *, ...)``
     (paper vs ours from runs), and, where a grid has a second stage, ``followup(p, table)``; extra parameters are
     keyword-only with defaults, so every module is called the same way."""
     import inspect
@@ -52,11 +52,17 @@ def test_every_paper_module_has_the_same_signatures(module):
     assert positional(module.compare) == ["runs"], f"{module.__name__}.compare{inspect.signature(module.compare)}"
     if hasattr(module, "followup"):
         assert positional(module.followup)[:1] == ["p"] and len(positional(module.followup)) == 2
-    assert isinstance(module.PARAMETERS, dict) and all(callable(v) for v in module.PARAMETERS.values())
+    # Params: a frozen dataclass whose fields are the chapter's parameters cell, names, order and default values
+    from ldptut.params import ChapterParams
+
+    assert issubclass(module.Params, ChapterParams) and module.Params.__dataclass_params__.frozen
     defaults = notebook_parameters(ROOT / f"{module.PAPER.chapter}.ipynb")
-    assert set(module.PARAMETERS) == set(defaults), (
-        f"{module.__name__}.PARAMETERS and the chapter's parameters cell differ: "
-        f"{sorted(set(module.PARAMETERS) ^ set(defaults))}")
+    assert list(module.Params()) == list(defaults), (
+        f"{module.__name__}.Params and the chapter's parameters cell differ: {list(module.Params())} vs {list(defaults)}")
+    assert dict(module.Params()) == defaults, {k: (module.Params()[k], v) for k, v in defaults.items()
+                                               if module.Params()[k] != v}
+    assert module.PARAMETERS == module.Params.spec() and all(callable(v) for v in module.PARAMETERS.values())
+    assert "p = Params.of(p)" in inspect.getsource(module.grid)   # grid checks what it is given
 
 
 def test_the_introduction_lists_every_chapter_in_book_order():

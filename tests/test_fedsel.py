@@ -753,12 +753,12 @@ def test_followup_gives_each_tuned_method_its_test_run():
                        runs.iloc[:2].assign(experiment="fig 2 tuning", accuracy=[90.0, 70.0]),
                        runs.iloc[2:].assign(experiment="convergence tuning", accuracy=[60.0, 61.0])],
                       ignore_index=True)
-    out = fs.followup({"repeats": 10}, table)
+    out = fs.followup(fs.Params(repeats=10), table)
     got = sorted((e, c.method, c.lr, c.holdout, c.repeats, c.eval_every) for e, c in out)
     every = fs.base_run("bank", "logistic").eval_every
     assert got == [("convergence tuned", "PS-PM", 0.1, "test", 10, 5), ("fig 2 tuned", "PM", 0.01, "test", 10, every),
                    ("table 3 tuned", "PM", 0.1, "test", 10, every), ("table 3 tuned", "PS-PM", 0.01, "test", 10, every)]
-    assert fs.followup({"repeats": 10}, table.iloc[:0]) == []
+    assert fs.followup(fs.Params(repeats=10), table.iloc[:0]) == []
 
 
 # ============================================================================================ real data

@@ -29,7 +29,7 @@ from ..data import Dataset
 from ..experiments import FedAvgRun, diverged_note
 from ..fl import PairedPerturbation, SmoothedMean
 from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
-from ..notebooks import P
+from ..params import ChapterParams, P, chapter_params, param
 from ..rng import generator
 from . import Paper, Reported, finite_accuracy, interval_cell, mean_std, paired_cell
 
@@ -38,7 +38,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
            "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
            "tuning_runs", "tuning_table", "choose_smoothing", "smoothed_runs", "fixed_range_runs", "followup",
-           "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
+           "Params", "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
            "AUTHORS_LOG_MNIST", "SERIES", "epsilon_table", "plot_vs_epsilon", "range_ablation_table", "stored_grid",
            "SUMMARY_EPSILONS", "key_numbers", "own_report_table", "sampler_joint_deviation", "marginal_table",
            "pair_variance_table", "numrand_variance", "plot_pair_variance", "plot_numrand", "plot_rounds",
@@ -713,15 +713,33 @@ def fixed_range_runs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterabl
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/corbin*-paper.yaml`` the paper-scale values).
-PARAMETERS = {
-    "dataset": P.choice("mnist", "cifar10"), "model": P.optional(P.choice("cnn_pool", "resnet18", "resnet18_bn")),
-    "rounds": P.pos_int, "n_clients": P.pos_int,
-    "n_train": P.optional(P.pos_int), "n_test": P.optional(P.pos_int), "seeds": P.list_of(P.nonneg_int),
-    "epsilons": P.list_of(P.pos_float), "num_rand": P.nonneg_int, "smoothing_grid": P.list_of(P.fraction),
-    "smoothing_epsilons": P.list_of(P.pos_float), "tuning_seeds": P.list_of(P.nonneg_int),
-    "validation": P.pos_int, "fixed_range_epsilons": P.list_of(P.pos_float), "pair_samples": P.pos_int,
-    "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
-}
+@chapter_params
+class Params(ChapterParams):
+    """The chapter's parameters (``book/corbin.ipynb``'s parameters cell: the same names, defaults and order),
+    each with its check; a parameter file gives other values for some."""
+
+    dataset: str = param(P.choice("mnist", "cifar10"), "mnist")
+    model: Optional[str] = param(P.optional(P.choice("cnn_pool", "resnet18", "resnet18_bn")), None)
+    rounds: int = param(P.pos_int, 3)
+    n_clients: int = param(P.pos_int, 50)
+    n_train: Optional[int] = param(P.optional(P.pos_int), 2000)
+    n_test: Optional[int] = param(P.optional(P.pos_int), 1000)
+    seeds: list[int] = param(P.list_of(P.nonneg_int), [0])
+    epsilons: list[float] = param(P.list_of(P.pos_float), [0.3, 1.0, 3.0])
+    num_rand: int = param(P.nonneg_int, 5)
+    smoothing_grid: list[float] = param(P.list_of(P.fraction), [0.2])
+    smoothing_epsilons: list[float] = param(P.list_of(P.pos_float), [1.0])
+    tuning_seeds: list[int] = param(P.list_of(P.nonneg_int), [0])
+    validation: int = param(P.pos_int, 1000)
+    fixed_range_epsilons: list[float] = param(P.list_of(P.pos_float), [1.0])
+    pair_samples: int = param(P.pos_int, 200000)
+    device: str = param(P.device, "auto")
+    run_cache: Optional[str] = param(P.optional(P.string), None)
+    paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/corbin")
+
+
+#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
+PARAMETERS = Params.spec()
 
 
 def base_run(p: Mapping[str, Any]) -> CorbinRun:
@@ -738,6 +756,7 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, CorbinRun]]:
 
     Not in it: the "smoothed" runs (:func:`followup`), which use the λ each method scores best with on the
     validation split, known only once the "tune λ" runs are trained; the sweep trains them after the grid."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     base = base_run(p)
     return (configs(base, seeds=p["seeds"], epsilons=p["epsilons"])
             + tuning_runs(base, seeds=p["tuning_seeds"], smoothing_grid=p["smoothing_grid"],
@@ -750,6 +769,7 @@ def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, Corbin
     validation (:func:`choose_smoothing`) from ``tune``, the stored "tune λ" runs of ``grid(p)`` (a records table),
     for every seed of ``seeds``. ``tune`` may hold other runs too: those of the experiment "tune λ" are used when it
     has an ``experiment`` column, else those evaluated on the validation split."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     if "experiment" in tune:
         tune = tune[tune["experiment"] == "tune λ"]
     elif len(tune):

@@ -28,7 +28,7 @@ from .._validate import epsilon as _epsilon, one_of, pos_int, real
 from .. import data as _data
 from .. import fedsgd
 from ..mechanisms import Hybrid, Piecewise, TwoPoint
-from ..notebooks import P
+from ..params import ChapterParams, P, chapter_params, param
 from ..rng import generator
 from ..runconfig import RunConfig, TrainingEnv
 from ..selection import ExponentialSelection, PerturbedEncoding, PerturbedSampling
@@ -38,7 +38,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare
            "method_run", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
            "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run", "TABLE3_METHODS",
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
-           "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
+           "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "Params", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
            "plot_tuning", "dim_table", "plot_dim_sweep", "FIG2_TUNED_METHODS", "FIG2_PAIRS", "fig2_gains",
            "fig2_differences", "followup", "convergence_configs", "plot_convergence", "difference_cell", "difference",
            "in_method_order", "plot_fig2_tuned", "plot_fig2", "plot_fig3", "plot_selection_cost", "data",
@@ -397,21 +397,46 @@ GRID_PARTS = ("table 3", "tuning", "fig 2", "fig 2 tuning", "convergence", "conv
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/fedsel-paper.yaml`` the paper-scale values); :func:`check_settings` adds
 #: the checks a type cannot say.
-PARAMETERS = {
-    "datasets": P.list_of(P.choice("bank", "adult", "kdd99", "syn_l", "syn_h")),
-    "models": P.list_of(P.choice("logistic", "svm")), "epsilon": P.pos_float, "epsilons": P.list_of(P.pos_float),
-    "curve_dataset": P.choice("bank", "adult", "kdd99", "syn_l", "syn_h"), "folds": P.pos_int, "repeats": P.pos_int,
-    "mu": P.fraction, "mus": P.list_of(P.fraction), "lr": P.pos_float, "lrs": P.list_of(P.pos_float),
-    "tune_repeats": P.pos_int, "dims": P.list_of(P.pos_int),
-    "fig2_tuned_methods": P.list_of(P.choice(*[m for m in METHODS if METHODS[m][1] is not None])),
-    "eta": P.real, "accumulation_epochs": P.pos_int, "accumulation_lr": P.pos_float, "timing_dims": P.list_of(P.pos_int),
-    "selection_samples": P.pos_int, "device": P.device, "run_cache": P.optional(P.string),
-    "paper_runs_dir": P.optional(P.string),
-}
+@chapter_params
+class Params(ChapterParams):
+    """The chapter's parameters (``book/fedsel.ipynb``'s parameters cell: the same names, defaults and order),
+    each with its check; a parameter file gives other values for some."""
+
+    datasets: list[str] = param(P.list_of(P.choice("bank", "adult", "kdd99", "syn_l", "syn_h")), ["adult", "kdd99"])
+    models: list[str] = param(P.list_of(P.choice("logistic", "svm")), ["logistic"])
+    epsilon: float = param(P.pos_float, 2.0)
+    epsilons: list[float] = param(P.list_of(P.pos_float), [0.5, 4.0])
+    curve_dataset: str = param(P.choice("bank", "adult", "kdd99", "syn_l", "syn_h"), "adult")
+    folds: int = param(P.pos_int, 3)
+    repeats: int = param(P.pos_int, 1)
+    mu: float = param(P.fraction, 0.1)
+    mus: list[float] = param(P.list_of(P.fraction), [0.05, 0.1, 0.2, 0.4, 0.8])
+    lr: float = param(P.pos_float, 1.0)
+    lrs: list[float] = param(P.list_of(P.pos_float), [0.01, 0.3, 10.0])
+    tune_repeats: int = param(P.pos_int, 1)
+    dims: list[int] = param(P.list_of(P.pos_int), [25, 100])
+    fig2_tuned_methods: list[str] = param(
+        P.list_of(P.choice(*[m for m in METHODS if METHODS[m][1] is not None])),
+        ["PM", "U-PM", "PS-PM"])
+    eta: float = param(P.real, 0.5)
+    accumulation_epochs: int = param(P.pos_int, 2)
+    accumulation_lr: float = param(P.pos_float, 0.3)
+    timing_dims: list[int] = param(P.list_of(P.pos_int), [10, 100, 1000, 10000])
+    selection_samples: int = param(P.pos_int, 200000)
+    device: str = param(P.device, "auto")
+    run_cache: Optional[str] = param(P.optional(P.string), None)
+    paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/fedsel")
+
+    def check(self) -> None:
+        check_settings(self)
+
+
+#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
+PARAMETERS = Params.spec()
 
 
 def check_settings(p: Mapping[str, Any]) -> None:
-    """What :data:`PARAMETERS` cannot check: cross-validation with a validation part needs ``folds`` >= 3 (one
+    """What the parameters' own checks cannot say (:meth:`Params.check` calls it): cross-validation with a validation part needs ``folds`` >= 3 (one
     part tests, one validates), and the value needs a budget too, so ``mu`` and every ``mus`` < 1 (ValueError
     otherwise)."""
     folds, mu, mus = p["folds"], p["mu"], p["mus"]
@@ -445,6 +470,7 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
 
     A run may serve several experiments (e.g. PM at ε = 2 on the curve data set). The chapter and
     ``python -m ldptut.sweep fedsel`` both build their runs here."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     check_settings(p)
     unknown = [x for x in (parts or ()) if x not in GRID_PARTS]
     if unknown:
@@ -1001,6 +1027,7 @@ def followup(p: Mapping[str, Any], table: pd.DataFrame) -> list[tuple[str, FedSe
     Fig. 2 ("fig 2 tuning" -> "fig 2 tuned"), the convergence check ("convergence tuning" -> "convergence tuned",
     evaluated every 5 iterations) and the sweep over d ("d sweep" -> "d sweep tuned"); ``table`` is the grid's
     stored runs as a records table with an ``experiment`` column (:func:`ldptut.runcache.stored_table`)."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     out: list[tuple[str, FedSelRun]] = []
     if not len(table):
         return out

@@ -21,12 +21,12 @@ from .._validate import pos_int
 from ..data import Dataset
 from ..experiments import CLIP_ONLY, FedAvgRun
 from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
-from ..notebooks import P
+from ..params import ChapterParams, P, chapter_params, param
 from ..rng import generator
 from . import Paper, Reported, format_interval, mean_std, welch_interval
 
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
+           "configs", "Params", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
            "check_local", "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of",
            "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs",
            "sensitivity_panels", "paper_view", "compare_view", "view_cell", "plot_curves", "plot_sensitivity",
@@ -257,30 +257,60 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/ldp_fl-*-paper.yaml`` the paper-scale values).
-PARAMETERS = {
-    "seed": P.nonneg_int, "seeds": P.list_of(P.nonneg_int), "headline_seeds": P.list_of(P.nonneg_int),
-    "dataset": P.choice("mnist", "fashion_mnist", "cifar10"),
-    "model_name": P.choice("mlp", "cnn2", "cnn_fedavg", "small_vgg", "logreg"),
-    "n_clients": P.pos_int, "rounds": P.pos_int, "client_fraction": P.fraction, "local_epochs": P.pos_int,
-    "batch_size": P.pos_int, "lr": P.pos_float, "epsilons": P.list_of(P.pos_float),
-    "table1_epsilons": P.list_of(P.pos_float), "fixed_center": P.real, "fixed_radius": P.pos_float,
-    "adaptive_margin": P.pos_float, "sensitivity_epsilon": P.pos_float,
-    "sensitivity_range": P.choice("fixed", "adaptive"),
-    "sensitivity_batch_sizes": P.list_of(P.pos_int), "sensitivity_local_epochs": P.list_of(P.pos_int),
-    "sensitivity_settings": P.list_of(check_sensitivity_setting),
-    "clients_grid": P.list_of(P.pos_int), "fraction_grid": P.list_of(P.fraction), "shuffle_coords": P.pos_int,
-    "shuffle_T_values": P.list_of(P.pos_float), "shuffle_start_spread": P.pos_float, "shuffle_sync_error": P.pos_float,
-    "leak_clients": P.pos_int, "steps_rounds": P.optional(P.pos_int), "search": P.list_of(check_local),
-    "validation": P.pos_int, "search_private": P.boolean, "chosen_epsilons": P.list_of(P.pos_float),
-    "chosen_table1_epsilons": P.list_of(P.pos_float),
-    "cache_dir": P.optional(P.string), "paper_runs_dirs": P.list_of(P.string),
-    "device": P.device,
-}
+@chapter_params
+class Params(ChapterParams):
+    """The chapter's parameters (``book/ldp_fl.ipynb``'s parameters cell: the same names, defaults and order),
+    each with its check; a parameter file gives other values for some."""
+
+    seed: int = param(P.nonneg_int, 0)
+    seeds: list[int] = param(P.list_of(P.nonneg_int), [0])
+    headline_seeds: list[int] = param(P.list_of(P.nonneg_int), [])
+    dataset: str = param(P.choice("mnist", "fashion_mnist", "cifar10"), "mnist")
+    model_name: str = param(P.choice("mlp", "cnn2", "cnn_fedavg", "small_vgg", "logreg"), "mlp")
+    n_clients: int = param(P.pos_int, 100)
+    rounds: int = param(P.pos_int, 3)
+    client_fraction: float = param(P.fraction, 1.0)
+    local_epochs: int = param(P.pos_int, 1)
+    batch_size: int = param(P.pos_int, 32)
+    lr: float = param(P.pos_float, 0.03)
+    epsilons: list[float] = param(P.list_of(P.pos_float), [0.1, 0.5, 1.0])
+    table1_epsilons: list[float] = param(P.list_of(P.pos_float), [10.0])
+    fixed_center: float = param(P.real, 0.0)
+    fixed_radius: float = param(P.pos_float, 0.075)
+    adaptive_margin: float = param(P.pos_float, 1.0)
+    sensitivity_epsilon: float = param(P.pos_float, 1.0)
+    sensitivity_range: str = param(P.choice("fixed", "adaptive"), "fixed")
+    sensitivity_batch_sizes: list[int] = param(P.list_of(P.pos_int), [10, 32])
+    sensitivity_local_epochs: list[int] = param(P.list_of(P.pos_int), [1])
+    sensitivity_settings: list[Any] = param(P.list_of(check_sensitivity_setting), [])
+    clients_grid: list[int] = param(P.list_of(P.pos_int), [])
+    fraction_grid: list[float] = param(P.list_of(P.fraction), [])
+    shuffle_coords: int = param(P.pos_int, 2000)
+    shuffle_T_values: list[float] = param(P.list_of(P.pos_float), [0.01, 0.1, 1.0, 10.0, 100.0])
+    shuffle_start_spread: float = param(P.pos_float, 10.0)
+    shuffle_sync_error: float = param(P.pos_float, 1.0)
+    leak_clients: int = param(P.pos_int, 10)
+    steps_rounds: Optional[int] = param(P.optional(P.pos_int), 3)
+    search: list[Any] = param(P.list_of(check_local), [])
+    validation: int = param(P.pos_int, 10000)
+    search_private: bool = param(P.boolean, False)
+    chosen_epsilons: list[float] = param(P.list_of(P.pos_float), [])
+    chosen_table1_epsilons: list[float] = param(P.list_of(P.pos_float), [])
+    cache_dir: Optional[str] = param(P.optional(P.string), None)
+    paper_runs_dirs: list[str] = param(
+        P.list_of(P.string),
+        ["runs/cache/ldp_fl-mnist", "runs/cache/ldp_fl-fmnist", "runs/cache/ldp_fl-cifar10", "runs/cache/ldp_fl-mnist-fedavgcnn"])
+    device: str = param(P.device, "auto")
+
+
+#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
+PARAMETERS = Params.spec()
 
 
 def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
     """The chapter's whole experiment grid (:func:`configs`) from its parameters ``p`` (the notebook's names, e.g. a
     parameter file over the defaults). The chapter and ``python -m ldptut.sweep ldp_fl`` both build their runs here."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     base = chapter_run(dataset=p["dataset"], model=p["model_name"], n_clients=p["n_clients"], rounds=p["rounds"],
                        lr=p["lr"], client_fraction=p["client_fraction"], local_epochs=p["local_epochs"],
                        batch_size=p["batch_size"], seed=p["seed"])

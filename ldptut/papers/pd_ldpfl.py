@@ -27,7 +27,7 @@ from .._validate import epsilon as _epsilon, one_of
 from ..experiments import FedAvgRun
 from ..fl import SCALINGS, FixedRange, LayerScaledPiecewise, RoundContext
 from ..mechanisms import Piecewise
-from ..notebooks import P
+from ..params import ChapterParams, P, chapter_params, param
 from ..personal import TRANSFORMS, PersonalizedLocalSGD
 from ..training import OptimizerSpec
 from . import Paper, Reported, _num, finite_accuracy, interval_cell, mean_std, paired_cell, t_interval
@@ -38,7 +38,7 @@ __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS"
            "epsilon_sweep", "noise_cost", "sweep_table", "sweep_lead_text", "sweep_gain_text", "sweep_words",
            "plot_epsilon_sweep", "train_without_noise", "later_round_dlg",
            "LaterRoundDLG", "dlg_after_pm", "plot_dlg_after_pm", "table2_text", "dlg_after_pm_summary",
-           "PARAMETERS", "grid", "compare", "theorem1_check", "scale_leak_table", "clipped_table", "smooth_mlp",
+           "Params", "PARAMETERS", "grid", "compare", "theorem1_check", "scale_leak_table", "clipped_table", "smooth_mlp",
            "dlg_at_start", "table1_frame", "table1_grid", "init_frame", "plot_init_sweep", "table2_frame", "plot_rounds",
            "fig8_frame", "plot_fig8", "PaperScale", "paper_scale"]
 
@@ -495,21 +495,48 @@ def epsilon_sweep(dataset: str, n_clients: int, *, epsilons: Sequence[float], se
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/pd_ldpfl*-paper.yaml`` the paper-scale values).
-PARAMETERS = {
-    "dataset": P.choice("mnist", "fashion_mnist"), "clients": P.list_of(P.pos_int), "rounds": P.pos_int,
-    "public_bound_clients": P.list_of(P.pos_int), "n_train": P.optional(P.pos_int), "n_test": P.optional(P.pos_int),
-    "seeds": P.list_of(P.nonneg_int),
-    "variant": P.choice(*VARIANTS), "table2_variants": P.list_of(P.choice(*VARIANTS), nonempty=True),
-    "no_noise_clients": P.list_of(P.pos_int), "sweep_clients": P.optional(P.pos_int),
-    "sweep_epsilons": P.list_of(P.pos_float), "sweep_seeds": P.list_of(P.nonneg_int), "sweep_rounds": P.pos_int,
-    "sweep_n_train": P.optional(P.pos_int),
-    "table1_clients": P.pos_int, "table1_rounds": P.pos_int, "table1_n_train": P.optional(P.pos_int),
-    "table1_transforms": P.list_of(P.choice(*TRANSFORMS)), "init_a": P.list_of(P.real), "init_b": P.list_of(P.real),
-    "cifar_model": P.choice("cnn_pool", "small_vgg", "resnet18"), "cifar_alphas": P.list_of(P.pos_float),
-    "cifar_epsilons": P.list_of(P.pos_float), "cifar_rounds": P.pos_int, "cifar_n_train": P.optional(P.pos_int),
-    "dlg_steps": P.pos_int, "dlg_round": P.pos_int, "dlg_per_client": P.pos_int,
-    "dlg_noise_seeds": P.list_of(P.nonneg_int, nonempty=True), "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
-}
+@chapter_params
+class Params(ChapterParams):
+    """The chapter's parameters (``book/pd_ldpfl.ipynb``'s parameters cell: the same names, defaults and order),
+    each with its check; a parameter file gives other values for some."""
+
+    dataset: str = param(P.choice("mnist", "fashion_mnist"), "mnist")
+    clients: list[int] = param(P.list_of(P.pos_int), [10])
+    public_bound_clients: list[int] = param(P.list_of(P.pos_int), [10])
+    rounds: int = param(P.pos_int, 3)
+    n_train: Optional[int] = param(P.optional(P.pos_int), 6000)
+    n_test: Optional[int] = param(P.optional(P.pos_int), 2000)
+    seeds: list[int] = param(P.list_of(P.nonneg_int), [0])
+    variant: str = param(P.choice(*VARIANTS), "paper")
+    table2_variants: list[str] = param(P.list_of(P.choice(*VARIANTS), nonempty=True), ["paper"])
+    no_noise_clients: list[int] = param(P.list_of(P.pos_int), [10])
+    sweep_clients: Optional[int] = param(P.optional(P.pos_int), 10)
+    sweep_epsilons: list[float] = param(P.list_of(P.pos_float), [4.0, 8.0])
+    sweep_seeds: list[int] = param(P.list_of(P.nonneg_int), [0])
+    sweep_rounds: int = param(P.pos_int, 3)
+    sweep_n_train: Optional[int] = param(P.optional(P.pos_int), 6000)
+    table1_clients: int = param(P.pos_int, 10)
+    table1_rounds: int = param(P.pos_int, 2)
+    table1_n_train: Optional[int] = param(P.optional(P.pos_int), 6000)
+    table1_transforms: list[str] = param(P.list_of(P.choice(*TRANSFORMS)), ["none", "affine", "sigmoid"])
+    init_a: list[float] = param(P.list_of(P.real), [1.0, 2.0])
+    init_b: list[float] = param(P.list_of(P.real), [0.0, 1.0])
+    cifar_model: str = param(P.choice("cnn_pool", "small_vgg", "resnet18"), "cnn_pool")
+    cifar_alphas: list[float] = param(P.list_of(P.pos_float), [])
+    cifar_epsilons: list[float] = param(P.list_of(P.pos_float), [8.0])
+    cifar_rounds: int = param(P.pos_int, 3)
+    cifar_n_train: Optional[int] = param(P.optional(P.pos_int), 5000)
+    dlg_steps: int = param(P.pos_int, 100)
+    dlg_round: int = param(P.pos_int, 5)
+    dlg_per_client: int = param(P.pos_int, 1)
+    dlg_noise_seeds: list[int] = param(P.list_of(P.nonneg_int, nonempty=True), [0])
+    device: str = param(P.device, "auto")
+    run_cache: Optional[str] = param(P.optional(P.string), None)
+    paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/pd_ldpfl")
+
+
+#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
+PARAMETERS = Params.spec()
 
 
 def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
@@ -523,6 +550,7 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
     Table 1's run with affine transforms on both sides is Fig. 6's start a = 1, b = 0 when Fig. 6 has it: one run,
     trained once, recording the extended models' accuracy for Fig. 6 (the training is the same either way).
     The chapter and ``python -m ldptut.sweep pd_ldpfl`` both build their runs here."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     seeds, n_test = list(p["seeds"]), p["n_test"]
     out = configs(datasets=[p["dataset"]], clients=p["clients"], seeds=seeds, rounds=p["rounds"], n_train=p["n_train"],
                   variants=p["table2_variants"], no_noise_clients=p["no_noise_clients"], n_test=n_test)

@@ -42,7 +42,7 @@ from ..fl import (C_READINGS, ON_EMPTY, FLConfig, PersonalizedPerturbation, Prob
                   WeightedBySigma, inverse_sigma_weights, mean_aggregator, selection_probabilities, simulate)
 from ..mechanisms import Gaussian, LdpSign, Mechanism
 from ..models import LogisticRegression
-from ..notebooks import P
+from ..params import ChapterParams, P, chapter_params, param
 from ..provenance import numerics_flag, run_mechanisms
 from ..rng import generator
 from ..runcache import RunRecord, load_records
@@ -54,7 +54,7 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
            "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
-           "paired_t_interval", "majority_rate", "no_skill_rates", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "PARAMETERS", "chapter_experiment", "grid",
+           "paired_t_interval", "majority_rate", "no_skill_rates", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "Params", "PARAMETERS", "chapter_experiment", "grid",
            "MNIST_EXTENSION", "FEATURES", "model_size", "privacy_tables", "selection_table", "lemma_table",
            "blank_repeats", "accuracy_table", "plot_experiment", "sigma_readings_tables", "gains_text",
            "accuracy_range", "paper_scale_report", "covertype_check", "scenario_order", "privacy_shown",
@@ -473,15 +473,33 @@ MNIST_EXTENSION = ("iid mnist", "noniid mnist")
 
 #: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
 #: cell holds the defaults, ``book/params/personalized_ldp_fl-paper.yaml`` the paper-scale values).
-PARAMETERS = {
-    "seeds": P.list_of(P.nonneg_int), "experiments": P.list_of(P.choice(*_EXPERIMENT_KEYS)),
-    "covertype_train_size": P.pos_int, "mnist_extension": P.list_of(P.choice(*MNIST_EXTENSION)),
-    "sigma_reading": P.choice(*SIGMA_READINGS),
-    "compare_reading": P.list_of(P.choice(*[k for k in _EXPERIMENT_KEYS if k.startswith("iid")])),
-    "compare_c_reading": P.list_of(P.choice(*_EXPERIMENT_KEYS)),
-    "dirichlet_alpha": P.pos_float, "on_empty": P.choice(*ON_EMPTY), "local_passes": P.pos_int,
-    "alpha": P.pos_float, "device": P.device, "run_cache": P.optional(P.string), "paper_runs_dir": P.optional(P.string),
-}
+@chapter_params
+class Params(ChapterParams):
+    """The chapter's parameters (``book/personalized_ldp_fl.ipynb``'s parameters cell: the same names, defaults and order),
+    each with its check; a parameter file gives other values for some."""
+
+    seeds: list[int] = param(P.list_of(P.nonneg_int), [0, 1, 2])
+    experiments: list[str] = param(
+        P.list_of(P.choice(*_EXPERIMENT_KEYS)),
+        ["iid digits", "iid fashion_mnist", "noniid digits", "noniid fashion_mnist"])
+    covertype_train_size: int = param(P.pos_int, 500000)
+    mnist_extension: list[str] = param(P.list_of(P.choice(*MNIST_EXTENSION)), [])
+    sigma_reading: str = param(P.choice(*SIGMA_READINGS), "sqrt_all")
+    compare_reading: list[str] = param(
+        P.list_of(P.choice(*[k for k in _EXPERIMENT_KEYS if k.startswith("iid")])),
+        ["iid digits"])
+    compare_c_reading: list[str] = param(P.list_of(P.choice(*_EXPERIMENT_KEYS)), ["iid digits", "noniid digits"])
+    dirichlet_alpha: float = param(P.pos_float, 0.5)
+    on_empty: str = param(P.choice(*ON_EMPTY), "keep")
+    local_passes: int = param(P.pos_int, 1)
+    alpha: float = param(P.pos_float, 0.0001)
+    device: str = param(P.device, "auto")
+    run_cache: Optional[str] = param(P.optional(P.string), None)
+    paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/personalized_ldp_fl")
+
+
+#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
+PARAMETERS = Params.spec()
 
 
 def chapter_experiment(key: str, p: Mapping[str, Any]) -> Experiment:
@@ -536,6 +554,7 @@ def grid(p: Mapping[str, Any], *, loaded: Optional[dict] = None) -> list[tuple[s
     data). The chapter and ``python -m ldptut.sweep personalized_ldp_fl`` both build their runs here. ``loaded``: a
     dict that keeps the loaded data by experiment key (filled here, reused when given again), so that the chapter
     loads each data set once."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     seeds = list(p["seeds"])
     opts = {"on_empty": p["on_empty"], "local_passes": p["local_passes"], "alpha": p["alpha"]}
     loaded = {} if loaded is None else loaded
