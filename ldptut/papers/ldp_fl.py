@@ -645,7 +645,6 @@ def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence
     return list({c.key(): (e, c) for e, c in out}.values())
 
 
-# ------------------------------------------------------------------------------------- stored runs
 # ------------------------------------------------------------------------- the chapter's tables and figures
 _VIEW_HEADERS = {"ours non-private (%)": "non-private (%)", "privacy cost (points, paired)": "privacy cost (points)",
                  "95 % CI": "95 % CI of ours (%)"}

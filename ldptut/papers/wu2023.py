@@ -684,10 +684,11 @@ def compare(runs: pd.DataFrame, *, no_skill: Optional[Mapping[str, float]] = Non
 
 
 
-# ------------------------------------------------------------------------------------- stored runs
 # ------------------------------------------------------------------------------- the chapter's tables and figures
 #: (features D, classes K) of each data set's one-vs-rest linear model: d = K (D + 1) weights.
-FEATURES = {"digits": (64, 10), "fashion_mnist": (784, 10), "covertype": (54, 7), "mnist": (784, 10)}
+FEATURES = {**{name: (math.prod(_d.IMAGE_SHAPES[name][0]), _d.IMAGE_SHAPES[name][1])
+               for name in ("digits", "fashion_mnist", "mnist")},
+            "covertype": (54, 7)}   # the loader's 10 standardised numeric and 44 indicator columns, 7 cover types
 
 
 def model_size(dataset: str) -> int:
