@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import numbers
 import types
 from collections.abc import Mapping
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, NoReturn, TypeVar
+
+from . import _validate as _v
 
 __all__ = ["P", "ParameterError", "check_parameters", "ChapterParams", "param", "chapter_params"]
 
@@ -25,22 +25,42 @@ class ParameterError(ValueError):
     """A chapter parameter of the wrong type or range, or one the chapter does not have."""
 
 
-def _fail(what: str) -> Callable[[Any], None]:
-    def raise_(v: Any) -> None:
-        hint = ""
-        if isinstance(v, str) and v.lstrip().startswith(("[", "{")):
-            hint = "; papermill's -p passes text: give lists and dicts with -y 'name: [1, 2]' or a parameter file (-f)"
-        raise ValueError(f"must be {what}, got {v!r} ({type(v).__name__}){hint}")
+def _hint(v: Any) -> str:
+    """Papermill's hint for a string that looks like a list or a dict (``-p`` passes text)."""
+    if isinstance(v, str) and v.lstrip().startswith(("[", "{")):
+        return "; papermill's -p passes text: give lists and dicts with -y 'name: [1, 2]' or a parameter file (-f)"
+    return ""
+
+
+def _fail(what: str) -> Callable[[Any], NoReturn]:
+    """Raise ValueError ``"must be {what}, got v (type)"`` (the wording of :func:`ldptut._validate.expected`) with
+    papermill's hint: for what :mod:`ldptut._validate` has no rule of (a list, a float32 magnitude, a device name)."""
+    def raise_(v: Any) -> NoReturn:
+        raise ValueError(_v.expected("", what, v) + _hint(v))
     return raise_
 
 
+def _rule(check: Callable[..., Any], v: Any, *args: Any, **kwargs: Any) -> None:
+    """``check(v, "", ...)``, a rule of :mod:`ldptut._validate` (the parameter is named by :func:`check_parameters`),
+    its message with papermill's hint."""
+    try:
+        check(v, "", *args, **kwargs)
+    except ValueError as e:
+        raise ValueError(f"{e}{_hint(v)}") from None
+
+
 class P:
-    """Validators for :func:`check_parameters`: each takes a value and raises ValueError saying what it must be."""
+    """Validators for :func:`check_parameters`: each takes a value and raises ValueError saying what it must be.
+
+    Each applies a rule of :mod:`ldptut._validate` (what an integer, a finite real, a fraction, a bool, a string is),
+    unnamed, as :func:`check_parameters` names the parameter. A validator checks and keeps the value as given, so,
+    unlike the computing functions' checks, it accepts no tensor (a tensor parameter would stay a tensor) and no
+    int-valued float for an integer (``rounds = 3.0`` would reach ``range()``). What it adds: :attr:`REAL_MAX`
+    bounds a real's magnitude, and a string that looks like a list gets papermill's hint."""
 
     @staticmethod
     def integer(v: Any, *, minimum: int | None = None) -> None:
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or (minimum is not None and v < minimum):
-            _fail("an integer" + (f" >= {minimum}" if minimum is not None else ""))(v)
+        _rule(_v.integer, v, minimum=minimum, tensor=False)
 
     @staticmethod
     def pos_int(v: Any) -> None:
@@ -56,8 +76,7 @@ class P:
 
     @staticmethod
     def real(v: Any, *, positive: bool = False) -> None:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or (positive and v <= 0):
-            _fail("a finite number" + (" > 0" if positive else ""))(v)
+        _rule(_v.real, v, positive=positive, tensor=False)
         if abs(v) > P.REAL_MAX:
             _fail(f"a number of magnitude at most {P.REAL_MAX:g} (the chapters compute in float32)")(v)
 
@@ -78,24 +97,20 @@ class P:
 
     @staticmethod
     def fraction(v: Any) -> None:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= 1:
-            _fail("a number in (0, 1]")(v)
+        _rule(_v.fraction, v, tensor=False)
 
     @staticmethod
     def boolean(v: Any) -> None:
-        if not isinstance(v, bool):
-            _fail("True or False")(v)
+        _rule(_v.boolean, v)
 
     @staticmethod
     def string(v: Any) -> None:
-        if not isinstance(v, str):
-            _fail("a string")(v)
+        _rule(_v.string, v)
 
     @staticmethod
     def choice(*options: Any) -> Callable[[Any], None]:
         def check(v: Any) -> None:
-            if v not in options:
-                _fail("one of " + ", ".join(repr(o) for o in options))(v)
+            _rule(_v.one_of, v, options)
         return check
 
     @staticmethod

@@ -17,15 +17,17 @@ weight range rule) register with :func:`config_value`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
 import json
-import math
 import numbers
 import types
 import typing
 from typing import Any, Callable, ClassVar, Hashable, Mapping, Optional, Sequence
+
+from . import _validate
 
 __all__ = ["RunConfig", "TrainingEnv", "config_from_dict", "config_value", "config_key", "group_indices"]
 
@@ -52,7 +54,12 @@ def _value_name(value: Any) -> Optional[str]:
 
 
 def _normalise(value: Any, hint: Any, where: str) -> Any:
-    """``value`` converted to the canonical Python type of the annotation ``hint`` (or ValueError naming ``where``)."""
+    """``value`` converted to the canonical Python type of the annotation ``hint`` (or ValueError naming ``where``).
+
+    The scalar types follow the rules of :mod:`ldptut._validate` (an int is no bool, a float is finite, ...), after
+    the conversions that give equal settings one key: an int-valued float (``100.0`` from JSON or YAML) for an
+    ``int`` field, 0 / 1 for a ``bool`` field, a numpy scalar or a one-element tensor as its Python number, a sequence
+    as a tuple. A float must be finite because a key must equal itself (NaN != NaN)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None:
@@ -76,24 +83,22 @@ def _normalise(value: Any, hint: Any, where: str) -> Any:
     if hint is Any:
         return value
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ValueError(f"{where} must be a real number, got {value!r}")
-        f = float(value)
-        if not math.isfinite(f):
-            raise ValueError(f"{where} must be finite, got {value!r} (a key must equal itself)")
-        return f
+        try:
+            return _validate.real(value, where)
+        except _validate.NotFiniteError as e:
+            raise ValueError(f"{e}: a key must equal itself") from None
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or float(value) != int(value):
-            raise ValueError(f"{where} must be an integer, got {value!r}")
-        return int(value)
+        if not isinstance(value, numbers.Integral):   # an int-valued float is that int
+            with contextlib.suppress(ValueError):
+                f = _validate.real(value, where)
+                value = int(f) if f.is_integer() else value
+        return _validate.integer(value, where)
     if hint is bool:
-        if not isinstance(value, (bool, numbers.Integral)) or value not in (0, 1):
-            raise ValueError(f"{where} must be True or False, got {value!r}")
-        return bool(value)
+        if isinstance(value, numbers.Integral) and value in (0, 1):   # 0 / 1 (a bool too) is that bool
+            value = bool(value)
+        return _validate.boolean(value, where)
     if hint is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{where} must be a string, got {value!r}")
-        return value
+        return _validate.string(value, where)
     if isinstance(hint, type) and hint in _VALUES.values():
         if isinstance(value, Mapping):
             return _value_from_dict(value, where)
@@ -220,7 +225,7 @@ class TrainingEnv:
 def config_from_dict(doc: Mapping[str, Any]) -> RunConfig:
     """The typed configuration stored as ``doc`` (:meth:`RunConfig.to_dict`), of any registered kind.
 
-    A kind registers when the module defining it is imported (:class:`ldptut.experiments.FedAvgRun`, a paper's kinds
+    A kind registers when the module defining it is imported (:class:`ldptut.experiments.FedAvgConfig`, a paper's kinds
     in ``ldptut.papers.<paper>``); this module imports none of them (it is the lowest layer): whoever reads records
     imports the modules of the kinds it expects.
     """
@@ -228,7 +233,7 @@ def config_from_dict(doc: Mapping[str, Any]) -> RunConfig:
         raise ValueError(f"not a run configuration (no 'kind'): {doc!r}")
     name = doc["kind"]
     if name not in _KINDS:
-        raise ValueError(f"unknown run configuration kind {name!r}: import the module that defines it (FedAvgRun: "
+        raise ValueError(f"unknown run configuration kind {name!r}: import the module that defines it (FedAvgConfig: "
                          f"ldptut.experiments; a paper's kinds: ldptut.papers.<paper>); registered: {sorted(_KINDS)}")
     cls = _KINDS[name]
     names = {f.name for f in dataclasses.fields(cls)}
