@@ -24,14 +24,16 @@ If none of these works, :class:`DatasetUnavailable` names the data set and both 
 "sklearn digits" ships with scikit-learn (``source == "bundled"``).
 
 One module per idea (every public name importable from ``ldptut.data``): :mod:`.store` (roots, mirror, checksums,
-atomic writes, downloads, the :class:`Dataset` record), :mod:`.images`, :mod:`.tabular`, :mod:`.synthetic`; this
-module dispatches by name.
+atomic writes, downloads, the :class:`Dataset` record), :mod:`.images`, :mod:`.tabular`, :mod:`.synthetic`,
+:mod:`.prepare` (generic preparation of loaded data: joins, seeded splits and subsamples, flattening, scaling, label
+maps); this module dispatches by name.
 """
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
 from .images import IMAGE_SHAPES, load_cifar10, load_digits, load_digits_raw, load_fashion_mnist, load_mnist
+from .prepare import flattened, joined, max_abs_scaled, signed_labels, split_indices, subsample, unstandardised
 from .store import (ENV_MIRROR, ENV_ROOT, MIRROR_SHA256, DataError, Dataset, DatasetUnavailable, DeviceLike,  # noqa: F401
                     PathLike, data_root, mirror_path)
 from .synthetic import sparse_synthetic
@@ -42,6 +44,7 @@ __all__ = [
     "load_dataset", "load_mnist", "load_fashion_mnist", "load_cifar10", "load_digits", "load_digits_raw",
     "load_adult", "load_bank", "load_kddcup99", "load_covertype", "sparse_synthetic",
     "data_root", "mirror_path",
+    "joined", "split_indices", "subsample", "flattened", "max_abs_scaled", "signed_labels", "unstandardised",
 ]
 
 # ============================================================================ dispatch
