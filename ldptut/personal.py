@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from ._validate import one_of, pos_int, real
 from .rng import client_generator
-from .training import OptimizerSpec, batch_schedule
+from .training import OptimizerSpec, TrainingSession, batch_schedule
 
 __all__ = ["TRANSFORMS", "PersonalTransform", "Extended", "PersonalizedLocalSGD"]
 
@@ -112,7 +112,7 @@ class PersonalizedLocalSGD:
         return _PersonalSession(self, model, layout, runs, x_train, y_train)
 
 
-class _PersonalSession:
+class _PersonalSession(TrainingSession):
     def __init__(self, spec: PersonalizedLocalSGD, model: nn.Module, layout: Any, runs: Sequence[Any], x: Tensor,
                  y: Tensor) -> None:
         self.spec, self.model, self.layout, self.runs, self.x, self.y = spec, model, layout, runs, x, y

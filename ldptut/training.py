@@ -41,14 +41,27 @@ __all__ = ["OptimizerSpec", "batch_schedule", "Trainer", "TrainingSession", "Loc
 
 
 # ------------------------------------------------------------------------------------------ protocol
-class TrainingSession(Protocol):
+class TrainingSession:
     """A trainer started on one batch of runs: holds the data and the clients' persistent state.
 
-    It may also define ``load_state(model, run)``: load the run's state the model needs beyond its weight
-    vector (BatchNorm running statistics) before the engine evaluates it."""
+    ``train`` is the one required method. The engine also calls two named hooks, whose defaults here do nothing:
+    ``load_state(model, run)`` loads the run's state the model needs beyond its weight vector (BatchNorm running
+    statistics) before the engine evaluates it; ``metrics(run, *, global_vector, x_test, y_test)`` returns the
+    session's own per-round metrics of a run for the history (e.g. the variance of its clients' local losses)."""
 
     def train(self, *, round: int, global_vectors: torch.Tensor, client_ids: Sequence[torch.Tensor]
-              ) -> list[torch.Tensor]: ...
+              ) -> list[torch.Tensor]:
+        """For every run of the batch, the (m, d) locally trained weight vectors of its sampled clients."""
+        raise NotImplementedError(f"{type(self).__name__} must define train(round=, global_vectors=, client_ids=)")
+
+    def load_state(self, model: nn.Module, run: int) -> nn.Module:
+        """``model`` ready to evaluate run ``run``'s weights (default: as it is)."""
+        return model
+
+    def metrics(self, run: int, *, global_vector: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor
+                ) -> dict[str, float]:
+        """The session's own per-round metrics of run ``run`` (default: none)."""
+        return {}
 
 
 class Trainer(Protocol):
@@ -309,7 +322,7 @@ class LocalSGD:
         return _LocalSGDSession(self, model, layout, runs, x_train, y_train, vectorize)
 
 
-class _LocalSGDSession:
+class _LocalSGDSession(TrainingSession):
     def __init__(self, spec: LocalSGD, model, layout, runs, x, y, vectorize: bool):
         self.spec, self.model, self.layout, self.runs, self.x, self.y = spec, model, layout, runs, x, y
         self.fn = _train_vectorised if vectorize else _train_sequential
@@ -412,7 +425,7 @@ class PerSampleSGD:
         return _PerSampleSession(self, layout, runs, x_train, y_train)
 
 
-class _PerSampleSession:
+class _PerSampleSession(TrainingSession):
     def __init__(self, spec: PerSampleSGD, layout, runs, x, y):
         self.spec, self.runs = spec, runs
         device = x.device

@@ -2,6 +2,7 @@
 aggregator plumbing, privacy accounting in the history, and bad input (checked before training)."""
 import math
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -251,6 +252,41 @@ def test_a_batch_of_runs_gives_each_run_its_own_numbers():
         alone = _simulate([spec], client_fraction=0.5)
         assert torch.equal(together.weights[a], alone.weights[0])
         assert together.history[together.history.run == a]["accuracy"].tolist() == alone.history["accuracy"].tolist()
+
+
+def test_stepping_through_the_rounds_equals_simulate():
+    """start / next_round / finish (the engine's init / apply face) give simulate's numbers, round by round; the state
+    between rounds holds each run's global model; a round past the last raises; a session must be a TrainingSession."""
+    priv = fl.LocalPerturbation(mechanism=TwoPoint, epsilon=1.0, range=fl.FixedRange(0.0, 0.5))
+    specs = [dict(seed=1, privatizer=priv), dict(seed=2)]
+    whole = _simulate(specs, rounds=3, client_fraction=0.5)
+    data = _toy()
+    model = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=4, seed=3)
+    cfg = fl.FLConfig(rounds=3, trainer=LocalSGD(batch_size=32, optimizer=OptimizerSpec(lr=0.1)), progress=False,
+                      client_fraction=0.5)
+    parts = data.pop("partition")
+    state = fl.start(cfg, [fl.Run(partition=parts, **r) for r in specs], model=model, **data)
+    assert state.round == 0 and not state.done
+    before = state.global_vectors.clone()
+    seen = []
+    while not state.done:
+        state, rows = fl.next_round(state)
+        assert [row["round"] for row in rows] == [state.round] * 2
+        seen.append(state.global_vectors.clone())
+    assert state.round == 3 and not torch.equal(before, seen[0]) and not torch.equal(seen[0], seen[1])
+    stepped = fl.finish(state)
+    assert torch.equal(stepped.weights, whole.weights)
+    cols = ["run", "round", "accuracy", "loss", "clients", "epsilon_total"]
+    pd.testing.assert_frame_equal(stepped.history[cols], whole.history[cols])
+    with pytest.raises(ValueError, match="the simulation is done \\(round 3 of 3"):
+        fl.next_round(state)
+
+    class Loose:  # a trainer whose session is not a TrainingSession
+        def start(self, **kw):
+            return object()
+    with pytest.raises(TypeError, match="Loose.start must return a ldptut.training.TrainingSession, got object"):
+        fl.start(fl.FLConfig(rounds=1, trainer=Loose(), progress=False), [fl.Run(seed=0, partition=parts)],
+                 model=model, **data)
 
 
 def test_pair_generator_is_shared_by_the_pair_and_distinct_across_pairs_and_rounds():

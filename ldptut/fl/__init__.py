@@ -2,8 +2,9 @@
 
 One room per idea (the public names are all importable from ``ldptut.fl``):
 
-* :mod:`.engine` -- :func:`simulate`, the package's one round loop (client sampling, local training, privatizing,
-  aggregating, evaluating, accounting), :func:`run_fedavg`, :func:`train_centralised`;
+* :mod:`.engine` -- :func:`next_round`, the package's one round (client sampling, local training, privatizing,
+  aggregating, evaluating, accounting) on a :class:`SimulationState` made by :func:`start` and read by :func:`finish`;
+  :func:`simulate`, the loop over them; :func:`run_fedavg`, :func:`train_centralised`;
 * :mod:`.spec` -- what :func:`simulate` is given and returns: :class:`Run`, :class:`FLConfig`, :class:`FLResult`;
 * :mod:`.layout` -- :class:`ParamLayout`: a model as one vector of d weights and its per-tensor slices;
 * :mod:`.context` -- :class:`RoundContext` (what a privatizer or aggregator sees in a round, and its random streams)
@@ -22,7 +23,8 @@ from .aggregators import (AGGREGATORS, C_READINGS, ON_EMPTY, ProbabilitySelectio
                           inverse_sigma_weights, make_aggregator, mean_aggregator, selection_probabilities,
                           weighted_mean_aggregator)
 from .context import Aggregator, Privatizer, RoundContext
-from .engine import HUGE_LOSS, evaluate, run_fedavg, sample_clients, simulate, train_centralised
+from .engine import (HUGE_LOSS, SimulationState, evaluate, finish, next_round, run_fedavg, sample_clients, simulate, start,
+                     train_centralised)
 from .layout import ParamLayout, load_vector
 from .privatizers import (SCALINGS, ClipToRange, LayerScaledPiecewise, LocalPerturbation, PairedPerturbation,
                           PersonalizedPerturbation, RecordPayloads)
@@ -33,7 +35,7 @@ __all__ = [
     "ParamLayout", "RoundContext", "Privatizer", "Aggregator", "FixedRange", "GlobalModelRange", "InitialModelRange",
     "RANGE_RULES", "LocalPerturbation", "ClipToRange", "PairedPerturbation", "RecordPayloads", "mean_aggregator",
     "weighted_mean_aggregator", "AGGREGATORS", "make_aggregator", "sample_clients", "evaluate", "load_vector", "Run",
-    "FLConfig", "FLResult", "simulate", "run_fedavg", "train_centralised", "HUGE_LOSS", "WeightedBySigma",
+    "FLConfig", "FLResult", "simulate", "start", "next_round", "finish", "SimulationState", "run_fedavg", "train_centralised", "HUGE_LOSS", "WeightedBySigma",
     "ProbabilitySelection", "SignOf", "SmoothedMean", "inverse_sigma_weights", "selection_probabilities", "ON_EMPTY",
     "C_READINGS", "PersonalizedPerturbation", "LayerScaledPiecewise", "SCALINGS",
 ]
