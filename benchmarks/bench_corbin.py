@@ -105,7 +105,7 @@ def main() -> None:
         return
     # (b) whole rounds at the paper's MNIST setting (fresh seeds each repeat: nothing is memoised)
     runner = Runner(None, device=dev, progress=False)
-    base = C.chapter_run(dataset="mnist", rounds=args.rounds, n_clients=m, n_test=args.n_test)
+    base = C.chapter_config(dataset="mnist", rounds=args.rounds, n_clients=m, n_test=args.n_test)
     runner.dataset("mnist")  # loaded once, outside the timings
     seed = iter(range(10_000))
     cases = {f"LDP-FL, {args.rounds} round(s)": lambda: runner.run(C.run("ldp_fl", base=base.replace(seed=next(seed)), epsilon=eps)),

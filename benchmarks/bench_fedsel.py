@@ -26,7 +26,7 @@ target: (b)/(a) >= 50 at the paper's batch sizes), and (a) split into its stages
 the gradients, PS's selection with its two helpers ``top_k_status`` and ``_uniform_pick``, the perturbation,
 the server's mean and step), each stage's share of (a) in the ratio column.
 
-Finally (d): one whole paper-scale cross-validation cell, timed once: ``FedSelRun`` PS-PM at eps = 2 on
+Finally (d): one whole paper-scale cross-validation cell, timed once: ``FedSelConfig`` PS-PM at eps = 2 on
 syn-L (logistic; 10 x 5-fold = R = 50 runs trained together, 100 iterations of m = 480 users each, test
 accuracy every 10 iterations), ``.simulate(x, y)``: the seconds one cell of the chapter's grid costs.
 
@@ -151,7 +151,7 @@ def bench_dataset(name: str, args, dev) -> tuple[str, float]:
     x, y, label = load(name, dev)
     n, d = x.shape
     n_train = (n // 5) * 4                      # the training users of one fold of a 5-fold split
-    m = n_train // round(1 / F.SETTINGS["batch_fraction"])   # 0.01 N, as FedSelRun.simulate: N // 100 iterations
+    m = n_train // round(1 / F.SETTINGS["batch_fraction"])   # 0.01 N, as FedSelConfig.simulate: N // 100 iterations
     k = max(1, round(F.SETTINGS["k_fraction"] * d))
     e1 = MU * EPSILON
     e2 = EPSILON - e1
@@ -227,8 +227,8 @@ def bench_dataset(name: str, args, dev) -> tuple[str, float]:
 
 # ------------------------------------------------------------------------------------ a whole cell
 def bench_cell(args, dev) -> None:
-    base = F.base_run(args.cell_dataset, args.model, folds=5, repeats=10)
-    run = F.method_run("PS-PM", base=base, epsilon=EPSILON)
+    base = F.base_config(args.cell_dataset, args.model, folds=5, repeats=10)
+    run = F.method_config("PS-PM", base=base, epsilon=EPSILON)
     t0 = time.perf_counter()
     x, y = F.prepare(args.cell_dataset)
     t_prep = time.perf_counter() - t0
@@ -242,7 +242,7 @@ def bench_cell(args, dev) -> None:
           f"{run.rounds} iterations x m = {m} users (d = {x.shape[1]}), test accuracy every {run.eval_every}")
     print(f"  {'what':<44}{'seconds':>11}")
     print(f"  {'prepare(' + repr(args.cell_dataset) + ') (data, once per data set)':<44}{t_prep:>11.3f}")
-    print(f"  {'FedSelRun.simulate (R x 100 iterations)':<44}{t_sim:>11.3f}")
+    print(f"  {'FedSelConfig.simulate (R x 100 iterations)':<44}{t_sim:>11.3f}")
     print(f"  {'  per iteration of all R runs (ms)':<44}{1e3 * t_sim / run.rounds:>11.3f}")
     print(f"  final accuracy over the R runs: mean {float(res.final.mean()):.4f}, std {float(res.final.std()):.4f}")
 

@@ -1,6 +1,6 @@
 """Experiments as typed run configurations, and the runner chapters use to train, load and tabulate them.
 
-* :class:`FedAvgRun` -- a FedAvg run on a named data set and model, with an optional per-coordinate LDP
+* :class:`FedAvgConfig` -- a FedAvg run on a named data set and model, with an optional per-coordinate LDP
   mechanism and weight-range rule (Foundations, LDP-FL; the generic kind later chapters extend). Its
   fields are all it takes to rebuild the run: the partition, the model's initial weights and every
   random draw derive from ``seed``.
@@ -32,7 +32,7 @@ from .runcache import RunCache, RunCacheError, RunRecord, records_table
 from .runconfig import RunConfig, TrainingEnv, config_value, group_indices
 from .training import LocalSGD, OptimizerSpec
 
-__all__ = ["FedAvgRun", "Runner", "CLIP_ONLY", "LOAD_ONLY_ENV"]
+__all__ = ["FedAvgConfig", "Runner", "CLIP_ONLY", "LOAD_ONLY_ENV"]
 
 # The weight-range rules a run configuration holds, under the names its stored record gives them. Registered here, with
 # the kind that stores them: the round engine (ldptut.fl) knows nothing of the cache key.
@@ -43,12 +43,12 @@ for _name, _rule in (("fixed", FixedRange), ("adaptive", GlobalModelRange), ("in
 #: paper-scale page from stored runs can never start hours of training (``make reproduce LOAD_ONLY=1`` sets it).
 LOAD_ONLY_ENV = "LDPTUT_RUNS_LOAD_ONLY"
 
-#: ``FedAvgRun.mechanism`` of the clipping-only ablation (clip to the range, no noise; not private).
+#: ``FedAvgConfig.mechanism`` of the clipping-only ablation (clip to the range, no noise; not private).
 CLIP_ONLY = "clip"
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedAvgRun(RunConfig):
+class FedAvgConfig(RunConfig):
     """FedAvg with local mini-batch training and an optional LDP mechanism on every sent coordinate.
 
     ``mechanism``: a name of :data:`ldptut.mechanisms.MECHANISMS` (e.g. "two_point") or None (non-private);
@@ -152,7 +152,7 @@ class FedAvgRun(RunConfig):
                         x_test=ds.x_test, y_test=ds.y_test)
 
     @classmethod
-    def train_group(cls, configs: Sequence["FedAvgRun"], *, env: TrainingEnv) -> list[pd.DataFrame]:
+    def train_group(cls, configs: Sequence["FedAvgConfig"], *, env: TrainingEnv) -> list[pd.DataFrame]:
         out = []
         for c in configs:
             res = c.simulate(env.dataset(c.dataset), device=env.device, progress=env.progress)

@@ -29,7 +29,7 @@ user holds one record, computes one gradient, keeps an accumulator across iterat
 by a (private) selector; a batch of m such users per iteration, R runs at once, on closed-form linear-model
 gradients (:mod:`ldptut.linear`), not on an ``nn.Module``. Expressed as engine clients it would be one client per
 record, with a trainer that does no training and a privatizer that selects. Both have the same face where it matters to the chapters: a run kind
-(:class:`ldptut.papers.fedsel.FedSelRun`) trained through the :class:`~ldptut.experiments.Runner` and its run cache,
+(:class:`ldptut.papers.fedsel.FedSelConfig`) trained through the :class:`~ldptut.experiments.Runner` and its run cache,
 every draw from the explicit generator the caller passes (one stream for the R runs; the engine instead keys one per
 client and round), and a per-iteration history (``iteration``, accuracy, loss) renamed to the engine's ``round``.
 """

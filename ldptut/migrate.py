@@ -4,8 +4,8 @@
 
 Format 1 records (the first LDP-FL and Wu et al. paper-scale runs) stored a chapter's configuration
 dict; format 2 stores a :class:`ldptut.runconfig.RunConfig`. Each paper module reads its own old records
-(:func:`ldp_fl_v1`, :func:`wu2023_v1`): LDP-FL's become one :class:`~ldptut.experiments.FedAvgRun` each, Wu
-et al.'s one-grid-per-seed records one :class:`~ldptut.papers.wu2023.WuRun` per scenario (the grid's training time
+(:func:`ldp_fl_v1`, :func:`wu2023_v1`): LDP-FL's become one :class:`~ldptut.experiments.FedAvgConfig` each, Wu
+et al.'s one-grid-per-seed records one :class:`~ldptut.papers.personalized_ldp_fl.WuConfig` per scenario (the grid's training time
 shared among them). Histories are copied unchanged; provenance keeps the commit, date, machine line and
 seconds of the original training and adds the device and torch version read from that line, and the
 old file's name. A new record is written before its old file is removed; a directory already in format 2
@@ -44,8 +44,8 @@ def _provenance(old: dict, *, share: int, source: str) -> dict:
 # ------------------------------------------------------------------- each paper's format-1 records
 def ldp_fl_v1(config: dict, history: pd.DataFrame) -> list[tuple[Any, pd.DataFrame]]:
     """A run record of format 1 (the chapter's configuration dict, ranges as ``repr`` strings) as a typed
-    :class:`~ldptut.experiments.FedAvgRun` with its unchanged history."""
-    from .experiments import FedAvgRun
+    :class:`~ldptut.experiments.FedAvgConfig` with its unchanged history."""
+    from .experiments import FedAvgConfig
     from .fl import FixedRange, GlobalModelRange
     from .mechanisms import MECHANISMS
 
@@ -62,7 +62,7 @@ def ldp_fl_v1(config: dict, history: pd.DataFrame) -> list[tuple[Any, pd.DataFra
     if mechanism is not None:
         names = {cls.__name__: name for name, cls in MECHANISMS.items()}
         mechanism = names[mechanism]
-    run = FedAvgRun(paper="ldp_fl", dataset=config["dataset"], model=config["model"], n_clients=config["n_clients"],
+    run = FedAvgConfig(paper="ldp_fl", dataset=config["dataset"], model=config["model"], n_clients=config["n_clients"],
                     rounds=config["rounds"], seed=config["seed"], partition=config["partition"],
                     client_fraction=config["client_fraction"], local_epochs=config["local_epochs"],
                     batch_size=config["batch_size"], lr=config["lr"], send=config["send"],
@@ -73,8 +73,8 @@ def ldp_fl_v1(config: dict, history: pd.DataFrame) -> list[tuple[Any, pd.DataFra
 
 def wu2023_v1(config: dict, history: pd.DataFrame) -> list[tuple[Any, pd.DataFrame]]:
     """A format-1 record (one seed's whole grid, its runs numbered in :func:`grid_scenarios` order) as one
-    typed :class:`~ldptut.papers.wu2023.WuRun` per scenario with its rows of the history."""
-    from .papers.wu2023 import WuRun, grid_scenarios
+    typed :class:`~ldptut.papers.personalized_ldp_fl.WuConfig` per scenario with its rows of the history."""
+    from .papers.personalized_ldp_fl import WuConfig, grid_scenarios
 
     protocol, name = config["experiment"].split()
     s = config["setting"]
@@ -83,7 +83,7 @@ def wu2023_v1(config: dict, history: pd.DataFrame) -> list[tuple[Any, pd.DataFra
         rows = history[history["run"] == i].drop(columns="run").reset_index(drop=True)
         if rows.empty:
             raise ValueError(f"{config['experiment']} seed {config['seed']}: no history for run {i} ({label}, {agg})")
-        out.append((WuRun(
+        out.append((WuConfig(
             paper="wu2023", dataset=name, model="ovr_logreg", n_clients=s["n_clients"], rounds=config["rounds"],
             seed=config["seed"], protocol=protocol, scenario=scenario, profile=label, epsilons=tuple(eps),
             aggregation=agg, delta=s["delta"], clip=s["clip"], n_train=config["n_train"], n_test=config["n_test"],

@@ -1,5 +1,5 @@
-"""Helpers for the book's notebooks: paper-scale run pages (and, re-exported from :mod:`ldptut.params`, the
-chapters' parameter checks the notebooks import from here).
+"""Helpers for the book's notebooks: every chapter's opening (:func:`setup`), paper-scale run pages (and,
+re-exported from :mod:`ldptut.params`, the chapters' parameter checks).
 
 * ``python -m ldptut.notebooks mark-paper-run RUN.ipynb PARAMS.yaml`` puts a header cell on a
   papermill output (``make reproduce``) so the book renders it as the chapter's paper-scale page.
@@ -12,12 +12,43 @@ import json
 import sys
 import re
 from pathlib import Path
-from typing import Any
+import textwrap
+from typing import Any, Mapping, NamedTuple, Optional
 
-from .params import P, ParameterError, check_parameters  # noqa: F401  (the chapters import them from here)
+from .params import ChapterParams, P, ParameterError, check_parameters  # noqa: F401  (re-exported)
 from .provenance import machine_summary
 
-__all__ = ["mark_paper_run", "paper_run_header", "check_parameters", "P", "ParameterError"]
+__all__ = ["setup", "ChapterSetup", "mark_paper_run", "paper_run_header", "check_parameters", "P", "ParameterError"]
+
+
+class ChapterSetup(NamedTuple):
+    """What a chapter's opening cell unpacks: ``params, device, runner = setup(...)``."""
+
+    params: ChapterParams
+    device: str      # "cpu", "cuda" or "cuda:N" (resolved)
+    runner: Any      # an ldptut.experiments.Runner
+
+
+def setup(namespace: Mapping[str, Any], params: type[ChapterParams], *, cache: Optional[str | Path] = None,
+          progress: bool = False, width: int = 72) -> ChapterSetup:
+    """The opening of every chapter, right after its parameters cell.
+
+    1. ``params.of(namespace)`` checks every parameter in the notebook's ``globals()`` before anything runs: a value
+       of the wrong type or range, a misspelt name (papermill's ``-p`` injects it beside the default) or a missing one
+       raises :class:`ParameterError` naming each (:meth:`ChapterParams.of`);
+    2. the ``device`` parameter is resolved (:func:`ldptut.devices.resolve_device`: "auto" is CUDA when present, else
+       the CPU; "cuda" on a machine without one raises);
+    3. the machine is printed (:func:`ldptut.provenance.machine_summary`, wrapped to ``width`` columns);
+    4. the chapter's :class:`~ldptut.experiments.Runner` is made over the run cache ``cache`` (None: every run is
+       trained here, once, and kept in memory), on that device, with progress bars if ``progress``.
+    """
+    from .devices import resolve_device
+    from .experiments import Runner
+
+    p = params.of(namespace)
+    device = resolve_device(p["device"])
+    print(textwrap.fill(machine_summary(), width))
+    return ChapterSetup(params=p, device=device, runner=Runner(cache, device=device, progress=progress))
 
 
 SHOWN_CHANGES = 8  # a page header shows at most this many changed parameters; more go into a dropdown

@@ -1,5 +1,5 @@
 """The book's structure: every paper has its module, chapter, parameter file, test file, _toc.yml entry and
-introduction bullet; every chapter checks its parameters before it runs anything."""
+introduction bullet; every chapter opens with one setup call that checks its parameters before it runs anything."""
 import json
 import re
 from pathlib import Path
@@ -34,7 +34,7 @@ def test_every_paper_has_the_same_face_and_its_files(module):
 @pytest.mark.parametrize("module", paper_modules(), ids=PAPERS)
 def test_every_paper_module_has_the_same_signatures(module):
     """The face the sweep and the chapters use, checked by signature: ``Params`` (a frozen dataclass of the chapter's
-    parameters cell: names, order, defaults; ``PARAMETERS`` its name -> check), ``grid(p, *, ...)`` (the whole grid from the parameters), ``compare(runs, *, ...)``
+    parameters cell: names, order, defaults, each with its check), ``grid(p, *, ...)`` (the whole grid from the parameters), ``compare(runs, *, ...)``
     (paper vs ours from runs), and, where a grid has a second stage, ``followup(p, table)``; extra parameters are
     keyword-only with defaults, so every module is called the same way."""
     import inspect
@@ -61,8 +61,29 @@ def test_every_paper_module_has_the_same_signatures(module):
         f"{module.__name__}.Params and the chapter's parameters cell differ: {list(module.Params())} vs {list(defaults)}")
     assert dict(module.Params()) == defaults, {k: (module.Params()[k], v) for k, v in defaults.items()
                                                if module.Params()[k] != v}
-    assert module.PARAMETERS == module.Params.spec() and all(callable(v) for v in module.PARAMETERS.values())
+    assert all(callable(v) for v in module.Params.spec().values())
     assert "p = Params.of(p)" in inspect.getsource(module.grid)   # grid checks what it is given
+
+
+def _code_cells(notebook: Path) -> list[str]:
+    nb = json.loads(notebook.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+@pytest.mark.parametrize("chapter", ["foundations"] + [Path(m.PAPER.chapter).name for m in paper_modules()])
+def test_every_chapter_opens_with_one_setup_call(chapter):
+    """The cell after the parameters cell is the same in every chapter: one ``notebooks.setup(globals(), <its Params>)``
+    (checks the parameters, resolves the device, prints the machine, makes the runner), and no chapter checks its
+    parameters or builds its runner another way."""
+    cells = _code_cells(ROOT / "book" / f"{chapter}.ipynb")
+    opening = cells[1]
+    assert re.search(r"^params, device, (runner|_) = setup\(globals\(\), \w+\.Params\b", opening, re.M), opening
+    module = "ldptut.foundations" if chapter == "foundations" else next(
+        m.__name__ for m in paper_modules() if Path(m.PAPER.chapter).name == chapter)
+    assert re.search(rf"^from {module.rsplit('.', 1)[0]} import {module.rsplit('.', 1)[1]}\b", opening, re.M), opening
+    rest = "\n".join(cells[1:])
+    for other in ("check_parameters", "resolve_device(", "Runner(", "machine_summary()"):
+        assert other not in rest, f"{chapter}: {other} outside setup"
 
 
 def test_the_introduction_lists_every_chapter_in_book_order():
@@ -91,7 +112,7 @@ def _run_parameter_cells(path: Path, **overrides) -> dict:
     exec("".join(code[params]["source"]), ns)
     ns.update(overrides)
     check = "".join(code[params + 1]["source"])
-    assert "check_parameters(globals()" in check, f"{path.name}: the cell after parameters must check them"
+    assert "setup(globals()" in check, f"{path.name}: the cell after parameters must check them (notebooks.setup)"
     exec(check, ns)
     return ns
 
@@ -171,9 +192,10 @@ def test_parameters_that_passed_the_check_and_failed_later_are_refused():
     with pytest.raises(ParameterError, match=r"parameter 'epsilons' must be a non-empty list"):
         check_parameters({"epsilons": []}, {"epsilons": P.list_of(P.pos_float, nonempty=True)})
     check_parameters({"epsilons": []}, {"epsilons": P.list_of(P.pos_float)})  # an empty list that skips a section
-    cells = json.loads((ROOT / "book" / "foundations.ipynb").read_text())["cells"]
-    src = next("".join(c["source"]) for c in cells if "check_parameters(globals()" in "".join(c["source"]))
-    assert '"epsilons": P.list_of(P.pos_float, nonempty=True)' in src
+    from ldptut import foundations
+
+    with pytest.raises(ParameterError, match=r"parameter 'epsilons' must be a non-empty list"):
+        foundations.Params(epsilons=[])
 
 
 PAGES = CHAPTERS + sorted((ROOT / "book" / "runs").glob("*.ipynb"))

@@ -270,22 +270,22 @@ def test_smoothed_mean_mixes_the_global_model_and_lambda_is_checked():
 
 
 # ---------------------------------------------------------------------------------------- runs and tables
-BASE = corbin.CorbinRun(paper="corbin", dataset="mnist", model="cnn_pool", n_clients=50, rounds=3, seed=0, batch_size=64,
+BASE = corbin.CorbinConfig(paper="corbin", dataset="mnist", model="cnn_pool", n_clients=50, rounds=3, seed=0, batch_size=64,
                         optimizer="adam", lr=1e-3, weight_decay=3e-3)
 
 
 def test_methods_build_the_right_privatizer_and_bad_runs_raise():
-    assert corbin.run("fedavg", base=BASE).privatizer() is None
-    assert isinstance(corbin.run("ldp_fl", base=BASE, epsilon=1.0).privatizer(), fl.LocalPerturbation)
-    coq = corbin.run("coq_fl", base=BASE, epsilon=1.0)
+    assert corbin.method_config("fedavg", base=BASE).privatizer() is None
+    assert isinstance(corbin.method_config("ldp_fl", base=BASE, epsilon=1.0).privatizer(), fl.LocalPerturbation)
+    coq = corbin.method_config("coq_fl", base=BASE, epsilon=1.0)
     assert isinstance(coq.privatizer(), fl.PairedPerturbation) and coq.method == "coq_fl"
-    assert coq.key() != corbin.run("ldp_fl", base=BASE, epsilon=1.0).key()
+    assert coq.key() != corbin.method_config("ldp_fl", base=BASE, epsilon=1.0).key()
     with pytest.raises(ValueError, match="correlated"):
         BASE.replace(correlated=True)
     with pytest.raises(ValueError, match="needs epsilon"):
-        corbin.run("coq_fl", base=BASE)
+        corbin.method_config("coq_fl", base=BASE)
     with pytest.raises(ValueError, match="method"):
-        corbin.run("corbin", base=BASE, epsilon=1.0)
+        corbin.method_config("corbin", base=BASE, epsilon=1.0)
     with pytest.raises(ValueError, match="smoothing"):
         BASE.replace(smoothing=2.0)
     with pytest.raises(ValueError, match="n_train"):
@@ -319,10 +319,10 @@ def _row(config, accuracy):
 
 
 def test_compare_matches_method_and_epsilon_and_states_the_composed_figure():
-    runs = pd.DataFrame([_row(corbin.run("coq_fl", base=BASE, epsilon=1.0), 90.0),
-                         _row(corbin.run("coq_fl", base=BASE.replace(seed=1), epsilon=1.0), 92.0),
-                         _row(corbin.run("ldp_fl", base=BASE, epsilon=1.0), 50.0),
-                         _row(corbin.run("coq_fl", base=BASE, epsilon=3.0), 95.0)])
+    runs = pd.DataFrame([_row(corbin.method_config("coq_fl", base=BASE, epsilon=1.0), 90.0),
+                         _row(corbin.method_config("coq_fl", base=BASE.replace(seed=1), epsilon=1.0), 92.0),
+                         _row(corbin.method_config("ldp_fl", base=BASE, epsilon=1.0), 50.0),
+                         _row(corbin.method_config("coq_fl", base=BASE, epsilon=3.0), 95.0)])
     t = corbin.compare(runs).set_index("claim")
     assert t.loc["mnist coq_fl ε=1", "ours (%)"] == "91.0 ± 1.4 (2 seeds)"
     assert t.loc["mnist coq_fl ε=3", "ours (%)"] == "95.0 (1 seed)"
@@ -342,10 +342,10 @@ def test_the_authors_code_top_cell_reports_up_with_certainty_from_eps_ln31():
 
 
 def test_diverged_and_validation_runs_are_reported_apart():
-    runs = pd.DataFrame([_row(corbin.run("ldp_fl", base=BASE, epsilon=1.0), 80.0),
-                         _row(corbin.run("ldp_fl", base=BASE.replace(seed=1), epsilon=1.0), 10.0),
-                         _row(corbin.run("ldp_fl", base=BASE.replace(validation=100), epsilon=1.0), 99.0),
-                         _row(corbin.run("ldp_fl", base=BASE.replace(smoothing=0.2), epsilon=1.0), 85.0)])
+    runs = pd.DataFrame([_row(corbin.method_config("ldp_fl", base=BASE, epsilon=1.0), 80.0),
+                         _row(corbin.method_config("ldp_fl", base=BASE.replace(seed=1), epsilon=1.0), 10.0),
+                         _row(corbin.method_config("ldp_fl", base=BASE.replace(validation=100), epsilon=1.0), 99.0),
+                         _row(corbin.method_config("ldp_fl", base=BASE.replace(smoothing=0.2), epsilon=1.0), 85.0)])
     runs.loc[1, ["diverged", "last_round"]] = [True, 7]
     assert corbin.outcome(runs.iloc[:2]) == "80.0 (1 seed); 1 of 2 diverged (round 7)"
     t = corbin.compare(runs)
@@ -481,7 +481,7 @@ def _tune_table(rows):
     val = BASE.replace(validation=1000)
     recs = []
     for m, e, lam, seed, acc, gone in rows:
-        c = corbin.run(m, base=val.replace(seed=seed, smoothing=lam), epsilon=e)
+        c = corbin.method_config(m, base=val.replace(seed=seed, smoothing=lam), epsilon=e)
         h = pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc / 100], "loss": [2.0, 1.0], "diverged": [False, gone]})
         recs.append(RunRecord(config=c, history=h, provenance={}))
     return records_table(recs)
@@ -503,7 +503,7 @@ def test_lambda_is_chosen_on_validation_per_method_and_epsilon_and_never_one_tha
         ("coq_fl", 1.0, 0.3, 1, None), ("coq_fl", 3.0, 1.0, 0, None), ("coq_fl", 3.0, 1.0, 1, None)])
     shown = corbin.tuning_table(t)
     assert shown.set_index(["method", "ε"]).loc[("ldp_fl", 0.1), "λ chosen"] == "none: every λ diverged"
-    on_test = RunRecord(config=corbin.run("ldp_fl", base=BASE, epsilon=1.0), provenance={},
+    on_test = RunRecord(config=corbin.method_config("ldp_fl", base=BASE, epsilon=1.0), provenance={},
                         history=pd.DataFrame({"round": [1], "accuracy": [0.5], "loss": [1.0]}))
     with pytest.raises(ValueError, match="validation"):
         corbin.choose_smoothing(records_table([on_test]))
@@ -513,7 +513,7 @@ def test_fixed_range_runs_differ_from_the_adaptive_ones_only_in_the_range():
     runs = corbin.fixed_range_runs(BASE, seeds=[0, 1], epsilons=[1.0])
     assert [(c.method, c.seed) for _, c in runs] == [("ldp_fl", 0), ("ldp_fl", 1), ("coq_fl", 0), ("coq_fl", 1)]
     for _, c in runs:
-        twin = corbin.run(c.method, base=BASE.replace(seed=c.seed), epsilon=1.0)
+        twin = corbin.method_config(c.method, base=BASE.replace(seed=c.seed), epsilon=1.0)
         assert isinstance(c.range, fl.InitialModelRange) and isinstance(twin.range, fl.GlobalModelRange)
         assert c.replace(range=twin.range) == twin and c.key() != twin.key()
         assert config_from_dict(c.to_dict()) == c                      # the rule survives the run cache
@@ -525,7 +525,7 @@ def _sweep_table(rows):
     """A Runner-like table: (experiment, method, ε, λ or None, seed, test accuracy %, diverged)."""
     recs, exps = [], []
     for exp, m, e, lam, seed, acc, gone in rows:
-        c = corbin.run(m, base=BASE.replace(seed=seed, smoothing=lam), epsilon=e)
+        c = corbin.method_config(m, base=BASE.replace(seed=seed, smoothing=lam), epsilon=e)
         if exp == "fixed range":
             c = c.replace(range=fl.InitialModelRange())
         h = pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc / 100], "loss": [2.0, 1.0], "diverged": [False, gone]})
@@ -623,7 +623,7 @@ def test_the_chapters_figures_fit_the_column_with_two_panels_per_row():
     check(corbin.plot_pair_variance([0.5, 1.0, 2.0, 4.0]), 4)
     check(corbin.plot_pair_variance([1.0, 2.0, 4.0]), 3)
     check(corbin.plot_numrand(corbin.numrand_variance(num_rands=(0, 1), p_xs=(0.5,), n=100)), 1)
-    recs = [SimpleNamespace(config=corbin.run(m, base=BASE, epsilon=None if m == "fedavg" else e),
+    recs = [SimpleNamespace(config=corbin.method_config(m, base=BASE, epsilon=None if m == "fedavg" else e),
                             history=pd.DataFrame({"round": [1, 2], "accuracy": [0.2, 0.3], "loss": [2.0, 1e9],
                                                   "diverged": [False, m == "ldp_fl"]}))
             for m, e in (("fedavg", None), ("ldp_fl", 0.3), ("coq_fl", 0.3), ("ldp_fl", 1.0), ("coq_fl", 1.0))]

@@ -293,10 +293,10 @@ def test_cv_interval_is_the_corrected_resampled_t():
 
 def _fake_runs(rows):
     """runs_table-like rows: (method, lr, holdout, accuracy) on BANK / logistic at eps 2 (private methods)."""
-    base = fs.base_run("bank", "logistic", folds=5, repeats=1)
+    base = fs.base_config("bank", "logistic", folds=5, repeats=1)
     out = []
     for method, lr, holdout, acc in rows:
-        c = fs.method_run(method, base=base, epsilon=2.0).replace(lr=lr, holdout=holdout)
+        c = fs.method_config(method, base=base, epsilon=2.0).replace(lr=lr, holdout=holdout)
         out.append({"config": c, "dataset": c.dataset, "model": c.model, "accuracy": acc, "method": c.method})
     return pd.DataFrame(out)
 
@@ -470,10 +470,10 @@ def test_train_rejects_bad_input():
         fedsgd.train(x, y, tr, te[:, :10], **kw)
 
 
-# ============================================================================================ FedSelRun
+# ============================================================================================ FedSelConfig
 def _run(**kw):
     base = dict(paper="fedsel", dataset="syn_l", model="logistic", n_clients=2000, rounds=10, folds=2, repeats=1)
-    return fs.FedSelRun(**{**base, **kw})
+    return fs.FedSelConfig(**{**base, **kw})
 
 
 def test_same_seed_same_history_and_another_seed_differs():
@@ -564,14 +564,14 @@ def test_every_method_name_round_trips_through_method_run():
     base = _run()
     names = set()
     for name in fs.METHODS:
-        run = fs.method_run(name, base=base, epsilon=1.5)
+        run = fs.method_config(name, base=base, epsilon=1.5)
         assert run.method == name
         private = run.perturbation is not None or run.selection in ("exp", "pe", "ps")
         assert run.epsilon == (1.5 if private else None)
         names.add(run.label())
     assert len(names) == len(fs.METHODS)
     with pytest.raises(ValueError, match="method"):
-        fs.method_run("PS-LAPLACE", base=base, epsilon=1.0)
+        fs.method_config("PS-LAPLACE", base=base, epsilon=1.0)
     grid = fs.configs(datasets=["syn_l"], models=["logistic", "svm"], epsilons=[1.0, 2.0], methods=["NP", "PM", "PS-PM"],
                      folds=2, repeats=1)
     assert len(grid) == 2 * (1 + 2 + 2) and {c.n_clients for _, c in grid} == {60000}
@@ -706,7 +706,7 @@ def _fig2_runs(cells):
     """runs_table-like test rows on ADULT: (model, method, eps, per-fold accuracies in [0, 1]) at 2 x 5-fold."""
     out = []
     for model, method, eps, folds in cells:
-        c = fs.method_run(method, base=fs.base_run("adult", model, folds=5, repeats=2), epsilon=eps)
+        c = fs.method_config(method, base=fs.base_config("adult", model, folds=5, repeats=2), epsilon=eps)
         out.append({"config": c, "dataset": "adult", "model": model, "method": method, "epsilon": eps,
                     "accuracy": 100 * sum(folds) / len(folds), "accuracy_runs": list(folds)})
     return pd.DataFrame(out)
@@ -755,7 +755,7 @@ def test_followup_gives_each_tuned_method_its_test_run():
                       ignore_index=True)
     out = fs.followup(fs.Params(repeats=10), table)
     got = sorted((e, c.method, c.lr, c.holdout, c.repeats, c.eval_every) for e, c in out)
-    every = fs.base_run("bank", "logistic").eval_every
+    every = fs.base_config("bank", "logistic").eval_every
     assert got == [("convergence tuned", "PS-PM", 0.1, "test", 10, 5), ("fig 2 tuned", "PM", 0.01, "test", 10, every),
                    ("table 3 tuned", "PM", 0.1, "test", 10, every), ("table 3 tuned", "PS-PM", 0.01, "test", 10, every)]
     assert fs.followup(fs.Params(repeats=10), table.iloc[:0]) == []
@@ -793,7 +793,7 @@ def test_prepare_bank(monkeypatch):
 
 
 def test_the_uniform_index_control_is_the_two_stage_report_with_a_random_index():
-    run = fs.method_run("U-PM", base=_run(), epsilon=2.0)
+    run = fs.method_config("U-PM", base=_run(), epsilon=2.0)
     assert run.method == "U-PM" and run.budgets == (None, 2.0)            # no selection budget: all of ε' on the value
     t = fs.two_stage_epsilon(run, 100)
     assert t["per report, true"] == pytest.approx(2.0) and t["private"]
@@ -828,10 +828,10 @@ def test_the_uniform_control_at_alpha_is_flat_pm_at_alpha_over_d_with_one_report
 # ============================================================================================ the chapter's tables and figures
 def _curve_rows(cells, *, model="logistic", dataset="adult"):
     """runs_table-like test rows: (method, eps or None, misclassification %, std) at one α, on test."""
-    base = fs.base_run(dataset, model, folds=3, repeats=1)
+    base = fs.base_config(dataset, model, folds=3, repeats=1)
     out = []
     for method, eps, mis, sd in cells:
-        c = fs.method_run(method, base=base, epsilon=eps)
+        c = fs.method_config(method, base=base, epsilon=eps)
         out.append({"config": c, "dataset": dataset, "model": model, "method": c.method, "epsilon": c.epsilon,
                     "accuracy": 100.0 - mis, "misclassification": mis, "accuracy_std": sd})
     return pd.DataFrame(out)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ldptut.experiments import FedAvgRun, Runner, diverged_note
+from ldptut.experiments import FedAvgConfig, Runner, diverged_note
 from ldptut.fl import FixedRange, GlobalModelRange
 from ldptut.papers import ldp_fl
 from ldptut.runcache import records_table, RunRecord
@@ -17,13 +17,13 @@ ADAPTIVE = GlobalModelRange()
 
 
 def _run(accuracy=85.0, **kw):
-    """A row as load_runs gives it, built from a real FedAvgRun (so the matching sees typed ranges)."""
+    """A row as load_runs gives it, built from a real FedAvgConfig (so the matching sees typed ranges)."""
     base = dict(paper="ldp_fl", dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03, seed=0,
                 mechanism="two_point", epsilon=1.0, range=FIXED_MNIST)
     base.update(kw)
     if base["mechanism"] is None:
         base.update(epsilon=None, range=None)
-    cfg = FedAvgRun(**base)
+    cfg = FedAvgConfig(**base)
     rec = RunRecord(config=cfg, history=pd.DataFrame({"round": [1], "accuracy": [accuracy / 100]}))
     return records_table([rec]).iloc[0].to_dict()
 
@@ -118,14 +118,14 @@ def test_other_local_computation_is_selectable_and_empty_runs_give_not_run():
 
 
 def test_configs_build_the_chapters_grid_as_typed_runs():
-    base = ldp_fl.chapter_run(dataset="mnist", model="mlp", n_clients=100, rounds=10, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="mlp", n_clients=100, rounds=10, lr=0.03)
     grid = ldp_fl.configs(base, seeds=[0], headline_seeds=[1, 2], fixed=FIXED_MNIST, adaptive=ADAPTIVE,
                           epsilons=[0.1, 1.0], table1_epsilons=[5.0], sensitivity_epsilon=1.0,
                           sensitivity_batch_sizes=[10, 32], sensitivity_local_epochs=[1, 2], fraction_grid=[0.5])
     by = {}
     for experiment, cfg in grid:
         by.setdefault(experiment, []).append(cfg)
-    assert all(isinstance(c, FedAvgRun) and c.paper == "ldp_fl" for _, c in grid)
+    assert all(isinstance(c, FedAvgConfig) and c.paper == "ldp_fl" for _, c in grid)
     assert [(c.mechanism, c.epsilon, c.seed) for c in by["vs epsilon"]] == [
         (None, None, 0), (None, None, 1), (None, None, 2), ("two_point", 0.1, 0),
         ("two_point", 1.0, 0), ("two_point", 1.0, 1), ("two_point", 1.0, 2)]
@@ -142,7 +142,7 @@ def test_configs_build_the_chapters_grid_as_typed_runs():
 
 def test_runner_records_a_small_grid_and_reuses_shared_runs():
     """Two experiments sharing a run train it once; the summary and provenance tables list both."""
-    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    base = ldp_fl.chapter_config(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
     runner = Runner(None, progress=False)
     grid = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 0.5), adaptive=ADAPTIVE, epsilons=[2.0],
                           sensitivity_epsilon=2.0, sensitivity_batch_sizes=[32])
@@ -170,7 +170,7 @@ def test_a_run_whose_weights_blow_up_is_recorded_as_diverged_and_summarised_as_s
     overflow) is a result: recorded with its history ending in that round, marked diverged, stored and read back. The
     private run's non-finite local models are not perturbed (no mechanism takes them); its round is lost the same way.
     The summary counts such runs instead of averaging NaN. The run beside them is untouched."""
-    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=3, lr=0.1)
+    base = ldp_fl.chapter_config(dataset="digits", model="logreg", n_clients=5, rounds=3, lr=0.1)
     blown = base.replace(model="mlp", lr=1e10)
     grid = [("vs epsilon", blown), ("vs epsilon", ldp_fl.private(blown, 2.0, FixedRange(0.0, 0.5))),
             ("vs epsilon", ldp_fl.private(base, 2.0, FixedRange(0.0, 0.5)))]
@@ -192,7 +192,7 @@ def test_a_run_whose_weights_blow_up_is_recorded_as_diverged_and_summarised_as_s
 def test_steps_runs_record_training_accuracy_and_clip_without_noise():
     """The "steps" experiment: non-private, private and clipping-only runs with training accuracy; the clip-only run
     is the non-private run with the weights clipped (so at a range wider than every weight it is that run)."""
-    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    base = ldp_fl.chapter_config(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
     grid = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 100.0), adaptive=ADAPTIVE, sensitivity_epsilon=2.0,
                           steps_rounds=3, parts=["steps"])
     assert [(c.mechanism, c.rounds, c.train_eval) for _, c in grid] == [
@@ -215,7 +215,7 @@ def test_steps_runs_record_training_accuracy_and_clip_without_noise():
 
 
 def test_clip_only_runs_take_a_range_and_no_epsilon():
-    base = ldp_fl.chapter_run(dataset="mnist", model="mlp", n_clients=10, rounds=1, lr=0.1)
+    base = ldp_fl.chapter_config(dataset="mnist", model="mlp", n_clients=10, rounds=1, lr=0.1)
     assert base.replace(mechanism="clip", range=FIXED_MNIST).label().startswith("clipped to fixed (0, 0.075), no noise")
     with pytest.raises(ValueError, match="needs a range and no epsilon"):
         base.replace(mechanism="clip", range=FIXED_MNIST, epsilon=1.0)
@@ -230,8 +230,8 @@ def test_validation_runs_hold_out_training_examples_and_never_touch_the_test_set
     from ldptut.data import load_dataset
 
     ds = load_dataset("digits")
-    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=1, lr=0.1)
-    held = ldp_fl.ValidationRun(**{k: getattr(base, k) for k in ("paper", "dataset", "model", "n_clients",
+    base = ldp_fl.chapter_config(dataset="digits", model="logreg", n_clients=5, rounds=1, lr=0.1)
+    held = ldp_fl.ValidationConfig(**{k: getattr(base, k) for k in ("paper", "dataset", "model", "n_clients",
                                                                   "rounds", "lr")}, validation=300)
     n = ds.x_train.shape[0]
     tags = torch.arange(n, dtype=torch.float32)[:, None, None, None].expand(n, *ds.input_shape)
@@ -252,12 +252,12 @@ def test_validation_runs_hold_out_training_examples_and_never_touch_the_test_set
 
 
 def test_search_runs_on_validation_and_the_choice_ignores_test_results():
-    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    base = ldp_fl.chapter_config(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
     grid = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 1.0), adaptive=ADAPTIVE, sensitivity_epsilon=2.0,
                           search=[{}, {"batch_size": 10, "momentum": 0.9}], validation=300, parts=["search"])
     assert [(type(c).__name__, c.batch_size, c.momentum, c.mechanism) for _, c in grid] == [
-        ("ValidationRun", 32, 0.0, None), ("ValidationRun", 32, 0.0, "two_point"),
-        ("ValidationRun", 10, 0.9, None), ("ValidationRun", 10, 0.9, "two_point")]
+        ("ValidationConfig", 32, 0.0, None), ("ValidationConfig", 32, 0.0, "two_point"),
+        ("ValidationConfig", 10, 0.9, None), ("ValidationConfig", 10, 0.9, "two_point")]
     only = ldp_fl.configs(base, seeds=[0], fixed=FixedRange(0.0, 1.0), adaptive=ADAPTIVE, search=[{}],
                           validation=300, search_private=False, parts=["search"])
     assert [c.mechanism for _, c in only] == [None]
@@ -282,7 +282,7 @@ def test_search_runs_on_validation_and_the_choice_ignores_test_results():
     fixed = FixedRange(0.0, 1.0)
     pairs = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0, 1], epsilon=2.0, fixed=fixed, adaptive=ADAPTIVE)
     assert [(type(c).__name__, c.batch_size, c.seed, c.epsilon) for _, c in pairs] == [
-        ("FedAvgRun", 10, 0, None), ("FedAvgRun", 10, 0, 2.0), ("FedAvgRun", 10, 1, None), ("FedAvgRun", 10, 1, 2.0)]
+        ("FedAvgConfig", 10, 0, None), ("FedAvgConfig", 10, 0, 2.0), ("FedAvgConfig", 10, 1, None), ("FedAvgConfig", 10, 1, 2.0)]
     # Table 1 at the chosen setting: both range rules per ε, the pair's own private run not repeated
     t1 = ldp_fl.chosen_configs(base, {"batch_size": 10}, seeds=[0], epsilon=2.0, rule="adaptive",
                                table1_epsilons=[2.0, 5.0], fixed=fixed, adaptive=ADAPTIVE)
@@ -310,16 +310,16 @@ def test_search_runs_on_validation_and_the_choice_ignores_test_results():
 def test_search_settings_are_checked_as_chapter_parameters():
     from ldptut.notebooks import check_parameters
 
-    check_parameters({"search": [{}, {"batch_size": 10}]}, {"search": ldp_fl.PARAMETERS["search"]})
+    check_parameters({"search": [{}, {"batch_size": 10}]}, {"search": ldp_fl.Params.spec()["search"]})
     with pytest.raises(ValueError, match="may vary"):
-        check_parameters({"search": [{"seed": 1}]}, {"search": ldp_fl.PARAMETERS["search"]})
+        check_parameters({"search": [{"seed": 1}]}, {"search": ldp_fl.Params.spec()["search"]})
     with pytest.raises(ValueError, match="dict"):
-        check_parameters({"search": [10]}, {"search": ldp_fl.PARAMETERS["search"]})
+        check_parameters({"search": [10]}, {"search": ldp_fl.Params.spec()["search"]})
 
 
 def test_compare_leaves_out_validation_runs_and_the_searchs_optimizers():
     """A run scored on the validation split, or trained with momentum, is not the paper's setting (plain SGD at lr)."""
-    held = ldp_fl.ValidationRun(**{f: v for f, v in FedAvgRun(
+    held = ldp_fl.ValidationConfig(**{f: v for f, v in FedAvgConfig(
         paper="ldp_fl", dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03, mechanism="two_point",
         epsilon=1.0, range=FIXED_MNIST).to_dict(defaults=False).items() if f != "kind"}, validation=5000)
     rows = [_run(seed=0, accuracy=85.0), _run(seed=1, accuracy=99.0, momentum=0.9)]
@@ -330,13 +330,13 @@ def test_compare_leaves_out_validation_runs_and_the_searchs_optimizers():
 
 def test_sensitivity_settings_add_a_private_and_non_private_pair_per_local_computation():
     """(c) of the issue: batch 10 with 2 or 5 local epochs is one setting, not the batch and epochs grids' product."""
-    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
     grid = ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_epsilon=1.0,
                           sensitivity_settings=[{"batch_size": 10, "local_epochs": 2},
                                                 {"batch_size": 10, "local_epochs": 5}], parts=["sensitivity"])
     assert [(c.batch_size, c.local_epochs, c.epsilon) for _, c in grid] == [
         (10, 2, None), (10, 2, 1.0), (10, 5, None), (10, 5, 1.0)]
-    assert all(type(c) is FedAvgRun and c.range in (None, FIXED_MNIST) for _, c in grid)  # on test, fixed range
+    assert all(type(c) is FedAvgConfig and c.range in (None, FIXED_MNIST) for _, c in grid)  # on test, fixed range
     with pytest.raises(ValueError, match="may vary"):
         ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, sensitivity_settings=[{"n_clients": 5}])
 
@@ -344,7 +344,7 @@ def test_sensitivity_settings_add_a_private_and_non_private_pair_per_local_compu
 def test_seeds_add_paired_seeds_to_both_runs_of_a_sensitivity_setting():
     """``seeds`` gives the non-private partner every added seed (a paired privacy cost per seed); ``private_seeds``
     on top adds private runs only; a seed of the chapter's ``seeds`` or named twice is not repeated."""
-    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
     grid = ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, parts=["sensitivity"],
                           sensitivity_settings=[{"batch_size": 10, "local_epochs": 5, "seeds": [0, 1, 2, 1],
                                                  "private_seeds": [2, 3]}])
@@ -356,7 +356,7 @@ def test_seeds_add_paired_seeds_to_both_runs_of_a_sensitivity_setting():
 
 
 def test_private_seeds_add_seeds_to_a_sensitivity_settings_private_run_only():
-    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
     grid = ldp_fl.configs(base, seeds=[0], fixed=FIXED_MNIST, adaptive=ADAPTIVE, parts=["sensitivity"],
                           sensitivity_settings=[{"batch_size": 10, "local_epochs": 5, "private_seeds": [0, 1, 2]}])
     assert [(c.local_epochs, c.epsilon, c.seed) for _, c in grid] == [(5, None, 0), (5, 1.0, 0), (5, 1.0, 1),
@@ -369,8 +369,8 @@ def test_private_seeds_add_seeds_to_a_sensitivity_settings_private_run_only():
 
 
 def test_search_summary_lists_the_search_and_the_test_runs_at_the_chosen_setting_only():
-    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
-    held = ldp_fl.ValidationRun(**{k: getattr(base, k) for k in ("paper", "dataset", "model", "n_clients", "rounds",
+    base = ldp_fl.chapter_config(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    held = ldp_fl.ValidationConfig(**{k: getattr(base, k) for k in ("paper", "dataset", "model", "n_clients", "rounds",
                                                                   "lr")}, validation=300)
 
     def record(config, acc):
@@ -438,7 +438,7 @@ def test_pick_rule_and_the_sensitivity_setting_split():
     assert ldp_fl.pick_rule("adaptive", fixed=fixed, adaptive=ADAPTIVE) is ADAPTIVE
     with pytest.raises(ValueError, match="sensitivity_range must be one of"):
         ldp_fl.pick_rule("clip", fixed=fixed, adaptive=ADAPTIVE, what="sensitivity_range")
-    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
     with pytest.raises(ValueError, match="sensitivity_range must be one of"):
         ldp_fl.configs(base, seeds=[0], fixed=fixed, adaptive=ADAPTIVE, sensitivity_range="clip")
     assert ldp_fl.check_sensitivity_setting({"batch_size": 10, "private_seeds": [1, 2]}) == ({"batch_size": 10},
@@ -450,7 +450,7 @@ def test_pick_rule_and_the_sensitivity_setting_split():
 
 
 def test_local_table_leaves_std_empty_for_one_seed():
-    base = ldp_fl.chapter_run(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
+    base = ldp_fl.chapter_config(dataset="digits", model="logreg", n_clients=5, rounds=2, lr=0.1)
 
     def record(config, acc):
         return RunRecord(config=config, history=pd.DataFrame({"round": [1, 2], "accuracy": [0.1, acc]}))
@@ -461,7 +461,7 @@ def test_local_table_leaves_std_empty_for_one_seed():
 
 
 def test_steps_table_never_pools_models():
-    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
     h = pd.DataFrame({"round": [10], "accuracy": [0.9], "train_accuracy": [0.8], "client_train_accuracy": [0.7]})
     recs = [RunRecord(config=base.replace(train_eval=True), history=h),
             RunRecord(config=base.replace(train_eval=True, model="cnn_fedavg"), history=h.assign(accuracy=[0.5]))]
@@ -471,7 +471,7 @@ def test_steps_table_never_pools_models():
 
 
 def test_sensitivity_panels_draw_one_curve_per_varied_setting_and_optimizer():
-    base = ldp_fl.chapter_run(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03)
     rows = [("sgd", 0.03, 0.0, b, e) for b, e in ((10, 1), (32, 1), (32, 2), (10, 2), (10, 5))]
     rows += [("adam", 0.001, 0.0, 10, 1), ("adam", 0.001, 0.0, 10, 2), ("adam", 0.001, 0.0, 32, 1)]
     rows += [("sgd", 0.015, 0.9, 10, 1)]  # a single run of a setting draws nothing
@@ -518,7 +518,7 @@ def test_chapter_figures_are_as_wide_as_the_column_with_at_most_two_panels_per_r
     sens = pd.DataFrame({"optimizer": ["sgd"] * 4, "lr": [0.03] * 4, "momentum": [0.0] * 4,
                          "batch_size": [10, 32, 32, 32], "local_epochs": [1, 1, 2, 5],
                          "run": ["non-private"] * 4, "accuracy": [90.0, 88.0, 89.0, 91.0]})
-    base = ldp_fl.chapter_run(dataset="mnist", model="mlp", n_clients=10, rounds=2, lr=0.03)
+    base = ldp_fl.chapter_config(dataset="mnist", model="mlp", n_clients=10, rounds=2, lr=0.03)
     panels = ldp_fl.sensitivity_panels(sens, base=base)
     fig = ldp_fl.plot_sensitivity(sens, panels, base=base)
     assert fig.get_size_inches()[0] == pytest.approx(COLUMN_IN)

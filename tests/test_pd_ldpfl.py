@@ -160,16 +160,16 @@ def test_outside_unit_share_and_composition():
 
 
 def test_run_config_validation_and_names():
-    base = P.table2_run("mnist", 10, rounds=2, n_train=600)
-    assert {P.method_run(m, base=base).method for m in P.METHODS} == set(P.METHODS)
+    base = P.table2_config("mnist", 10, rounds=2, n_train=600)
+    assert {P.method_config(m, base=base).method for m in P.METHODS} == set(P.METHODS)
     assert isinstance(base.privatizer(), P.LayerScaledPiecewise)
-    assert isinstance(P.table2_run("mnist", 10, scaling=None).privatizer(), fl.LocalPerturbation)
+    assert isinstance(P.table2_config("mnist", 10, scaling=None).privatizer(), fl.LocalPerturbation)
     with pytest.raises(ValueError, match="input_transform"):
         base.replace(input_transform="cubic")
     with pytest.raises(ValueError, match="piecewise"):
         base.replace(mechanism="two_point")
     with pytest.raises(ValueError, match="dataset"):
-        P.table2_run("cifar10", 10)
+        P.table2_config("cifar10", 10)
 
 
 def test_table2_numbers_and_compare_without_runs():
@@ -214,9 +214,9 @@ def test_personal_accuracy_is_each_trained_clients_extended_model_on_the_test_se
 
 
 def test_table1_run_and_fig6_init_sweep_configs():
-    t1 = P.table1_run(n_clients=4, rounds=2, n_train=600)
+    t1 = P.table1_config(n_clients=4, rounds=2, n_train=600)
     assert (t1.dataset, t1.dirichlet_alpha, t1.lr, t1.epsilon, t1.n_clients, t1.rounds) == ("mnist", 0.05, 0.1, 8.0, 4, 2)
-    assert P.table1_run().rounds == 50 and P.table1_run().n_clients == 10
+    assert P.table1_config().rounds == 50 and P.table1_config().n_clients == 10
     grid = P.init_sweep([0.0, 1.0], [-1.0, 0.0, 1.0], base=t1)
     assert len(grid) == 6 and {e for e, _ in grid} == {"fig. 6"}
     starts = {(c.a_init, c.b_init) for _, c in grid}
@@ -266,16 +266,16 @@ def test_whole_model_scope_scales_every_weight_by_the_models_max():
 
 
 def test_variants_and_the_no_noise_control_configure_what_they_say():
-    paper = P.table2_run("mnist", 10, rounds=2, n_train=600)
+    paper = P.table2_config("mnist", 10, rounds=2, n_train=600)
     assert (paper.scope, paper.aggregator, paper.variant) == ("model", "weighted_mean", "paper")
     assert paper.privatizer().scope == "model"
-    authors = P.table2_run("mnist", 10, rounds=2, n_train=600, variant="authors_code")
+    authors = P.table2_config("mnist", 10, rounds=2, n_train=600, variant="authors_code")
     assert (authors.scope, authors.aggregator, authors.variant) == ("tensor", "mean", "authors_code")
     # the authors' reading keeps the keys of the runs stored before the variants existed (defaults are left out)
     assert "scope" not in authors.to_dict(defaults=False) and "aggregator" not in authors.to_dict(defaults=False)
     assert paper.key() != authors.key()
     with pytest.raises(ValueError, match="variant"):
-        P.table2_run("mnist", 10, variant="code")
+        P.table2_config("mnist", 10, variant="code")
     clear = P.without_noise(paper)
     assert clear.privatizer() is None and clear.epsilon is None and clear.scaling is None
     assert (clear.scope, clear.aggregator, clear.seed, clear.method) == (paper.scope, paper.aggregator, paper.seed,
@@ -306,7 +306,7 @@ def test_the_paper_variant_aggregates_weighted_by_client_sizes():
     share = torch.tensor([10.0, 30.0, 80.0]) / 120
     out = {}
     for variant in ("paper", "authors_code"):
-        run = P.without_noise(P.table2_run("mnist", 3, rounds=1, variant=variant))
+        run = P.without_noise(P.table2_config("mnist", 3, rounds=1, variant=variant))
         rec = fl.RecordPayloads()
         with um.patch.object(type(run), "client_partition", lambda self, labels, num_classes=None: part):
             res = run.simulate(ds, progress=False, privatizer=rec)
@@ -482,7 +482,7 @@ def test_n_test_scores_on_a_fixed_part_of_the_test_set_and_keeps_stored_keys():
     ds = Dataset(name="mnist", x_train=torch.rand(50, 1, 4, 4, generator=g), y_train=torch.arange(50) % 10,
                  x_test=torch.rand(30, 1, 4, 4, generator=g), y_test=torch.arange(30) % 10, num_classes=10,
                  input_shape=(1, 4, 4), source="test", classes=tuple(str(i) for i in range(10)), description="toy")
-    run = P.table2_run("mnist", 5, rounds=1, n_train=20)
+    run = P.table2_config("mnist", 5, rounds=1, n_train=20)
     assert "n_test" not in run.to_dict(defaults=False)          # the stored runs' keys are unchanged
     cut = run.replace(n_test=12)
     assert cut.key() != run.key()
@@ -547,7 +547,7 @@ class _Rec:
 
 
 def test_table1_init_and_fig8_frames_from_records():
-    t1 = P.table1_run(n_clients=4, rounds=2, n_train=600)
+    t1 = P.table1_config(n_clients=4, rounds=2, n_train=600)
     h = pd.DataFrame({"round": [1, 2], "accuracy": [0.3, 0.5], "loss_variance_after": [0.1, 0.2],
                       "loss_variance": [0.3, 0.4], "personal_accuracy": [0.2, 0.6]})
     gone = h.assign(accuracy=[0.3, math.nan])

@@ -1,4 +1,4 @@
-"""ldptut.papers.wu2023 (Wu et al. 2023): Gaussian and ldpsign mechanisms against their closed forms, the
+"""ldptut.papers.personalized_ldp_fl (Wu et al. 2023): Gaussian and ldpsign mechanisms against their closed forms, the
 paper's σ formula, scikit-learn's per-sample SGD (ldptut.training.PerSampleSGD), aggregations A/B/C, the
 grid as typed runs trained together by the round engine, stored runs, and paper vs ours."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from ldptut import accounting, audits, fl, models, partition, provenance
 from ldptut.experiments import Runner
 from ldptut.mechanisms import Gaussian, LdpSign
-from ldptut.papers import wu2023 as P
+from ldptut.papers import personalized_ldp_fl as P
 from ldptut.rng import generator
 from ldptut.training import PerSampleSGD, _local_order, optimal_eta0, optimal_learning_rate
 
@@ -153,7 +153,7 @@ def test_per_sample_sgd_needs_a_linear_model_and_every_client():
                     [fl.Run(seed=0, partition=[torch.arange(20), torch.arange(20, 40)])],
                     model=models.LogisticRegression(input_shape=(5,), num_classes=2).double(),
                     x_train=x, y_train=y, x_test=x, y_test=y)
-    with pytest.raises(ValueError, match="q must be in"):
+    with pytest.raises(ValueError, match=r"q must be a real number in \(0, 1\]"):
         PerSampleSGD(q=1.5)
 
 
@@ -288,7 +288,7 @@ def _small_digits_experiment(**changes):
 def test_grid_runs_are_typed_and_trained_together_with_the_same_numbers_as_alone(tmp_path):
     exp = _small_digits_experiment()
     configs = P.configs(exp, [0, 1])
-    assert len(configs) == 2 * 5 and all(isinstance(c, P.WuRun) for c in configs)
+    assert len(configs) == 2 * 5 and all(isinstance(c, P.WuConfig) for c in configs)
     assert len({c.group_key() for c in configs}) == 1  # one experiment: trained in one simulation
     together = P.run_experiment(Runner(None, progress=False), exp, [0, 1])
     assert len(together) == 2 * 5 * 2  # seeds x (no noise, ε = 1, profile with A/B/C) x rounds
@@ -565,9 +565,9 @@ def test_plot_experiment_has_at_most_two_panels_per_row():
 
 
 def test_mnist_extension_is_a_list_of_its_experiments():
-    P.PARAMETERS["mnist_extension"](["iid mnist", "noniid mnist"])
-    P.PARAMETERS["mnist_extension"]([])
+    P.Params.spec()["mnist_extension"](["iid mnist", "noniid mnist"])
+    P.Params.spec()["mnist_extension"]([])
     for bad in (True, "iid mnist", ["noniid fashion"]):
         with pytest.raises(ValueError, match="must be"):
-            P.PARAMETERS["mnist_extension"](bad)
+            P.Params.spec()["mnist_extension"](bad)
     assert P.MNIST_EXTENSION == ("iid mnist", "noniid mnist")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ldptut.experiments import FedAvgRun, Runner
+from ldptut.experiments import FedAvgConfig, Runner
 from ldptut.fl import FixedRange, GlobalModelRange
 from ldptut.runcache import RunCache, RunCacheError, load_records, load_runs
 from ldptut.runconfig import RunConfig, TrainingEnv, config_from_dict
@@ -19,7 +19,7 @@ from ldptut.runconfig import RunConfig, TrainingEnv, config_from_dict
 
 def _cfg(**kw):
     base = dict(paper="ldp_fl", dataset="mnist", model="cnn2", n_clients=100, rounds=10, lr=0.03, seed=0)
-    return FedAvgRun(**{**base, **kw})
+    return FedAvgConfig(**{**base, **kw})
 
 
 def _history(acc):
@@ -48,11 +48,11 @@ def test_values_are_normalised_before_hashing():
 
 
 def test_bad_values_are_named():
-    with pytest.raises(ValueError, match="FedAvgRun.lr must be finite"):
+    with pytest.raises(ValueError, match="FedAvgConfig.lr must be a finite real number, got nan .*a key must equal itself"):
         _cfg(lr=math.nan)
-    with pytest.raises(ValueError, match="FedAvgRun.n_clients must be an integer"):
+    with pytest.raises(ValueError, match="FedAvgConfig.n_clients must be an integer"):
         _cfg(n_clients=True)
-    with pytest.raises(ValueError, match="FedAvgRun.n_clients must be an integer"):
+    with pytest.raises(ValueError, match="FedAvgConfig.n_clients must be an integer"):
         _cfg(n_clients=10.5)
     with pytest.raises(ValueError, match="partition must be one of"):
         _cfg(partition="shards")
@@ -60,7 +60,7 @@ def test_bad_values_are_named():
         _cfg(mechanism="exponential", epsilon=1.0, range=FixedRange())
     with pytest.raises(ValueError, match="needs epsilon and range"):
         _cfg(mechanism="two_point")
-    with pytest.raises(ValueError, match="epsilon must be finite and > 0"):
+    with pytest.raises(ValueError, match="epsilon must be a finite real number > 0, got -1.0"):
         _cfg(mechanism="two_point", epsilon=-1.0, range=FixedRange())
 
 
@@ -183,7 +183,7 @@ def test_load_runs_rejects_a_missing_directory_and_a_foreign_file(tmp_path):
 # ---- migration of format-1 records ----------------------------------------------------------------
 def test_format_1_records_migrate_to_typed_runs_without_retraining(tmp_path):
     from ldptut.migrate import migrate_v1
-    from ldptut.papers import wu2023
+    from ldptut.papers import personalized_ldp_fl
 
     machine = "x86_64 with 2 CPU cores, torch 2.14.1+cu130, no GPU"
     ldp = {"dataset": "mnist", "model": "cnn2", "n_clients": 100, "partition": "iid", "rounds": 2,
@@ -194,7 +194,7 @@ def test_format_1_records_migrate_to_typed_runs_without_retraining(tmp_path):
         "format": 1, "key": "aaaa", "config": ldp,
         "provenance": {"commit": "abc", "date": "2026-11-22", "machine": machine, "seconds": 12.0},
         "history": [{"round": 1, "accuracy": 0.5, "loss": 1.0}, {"round": 2, "accuracy": 0.6, "loss": 0.9}]}))
-    setting = {**wu2023.SETTINGS["iid"]["digits"], "epsilons": [1.0], "profiles": {"p": [1, 5, 10]}}
+    setting = {**personalized_ldp_fl.SETTINGS["iid"]["digits"], "epsilons": [1.0], "profiles": {"p": [1, 5, 10]}}
     wu = {"paper": "wu2023", "experiment": "iid digits", "setting": setting, "n_train": 1497, "n_test": 300,
           "data_seed": 0, "dirichlet_alpha": None, "seed": 3, "reading": "sqrt_all", "on_empty": "keep", "rounds": 1,
           "local_passes": 1, "alpha": 0.0001, "dtype": "float64"}
@@ -205,11 +205,11 @@ def test_format_1_records_migrate_to_typed_runs_without_retraining(tmp_path):
     assert migrate_v1(tmp_path) == (2, 1 + 5)
     assert not (tmp_path / "aaaa.json").exists() and not (tmp_path / "bbbb.json").exists()
     records = {r.config.key(): r for r in load_records(tmp_path)}
-    fed = next(r for r in records.values() if isinstance(r.config, FedAvgRun))
+    fed = next(r for r in records.values() if isinstance(r.config, FedAvgConfig))
     assert fed.config.range == FixedRange(0.0, 0.075) and fed.config.mechanism == "two_point"
     assert fed.history["accuracy"].tolist() == [0.5, 0.6]
     assert fed.provenance["torch"] == "2.14.1+cu130" and fed.provenance["migrated_from"] == "aaaa.json (format 1)"
-    wus = sorted((r for r in records.values() if isinstance(r.config, wu2023.WuRun)), key=lambda r: r.final_accuracy)
+    wus = sorted((r for r in records.values() if isinstance(r.config, personalized_ldp_fl.WuConfig)), key=lambda r: r.final_accuracy)
     assert [(r.config.profile, r.config.aggregation) for r in wus] == [
         ("no noise", "A"), ("all ε = 1", "A"), ("p", "A"), ("p", "B"), ("p", "C")]
     assert wus[0].provenance["seconds"] == 1.0 and wus[0].provenance["trained_together"] == 5
@@ -222,10 +222,10 @@ def test_a_diverged_run_with_non_finite_values_is_stored_and_read_back_as_nan(tm
 
     import pandas as pd
 
-    from ldptut.experiments import FedAvgRun
+    from ldptut.experiments import FedAvgConfig
     from ldptut.runcache import RunCache
 
-    cfg = FedAvgRun(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=2)
+    cfg = FedAvgConfig(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=2)
     hist = pd.DataFrame({"round": [1, 2], "accuracy": [0.5, math.nan], "loss": [1.0, math.inf], "diverged": [False, True]})
     cache = RunCache(tmp_path)
     cache.store(cfg, hist, {"commit": "x"})
@@ -233,7 +233,7 @@ def test_a_diverged_run_with_non_finite_values_is_stored_and_read_back_as_nan(tm
     assert rec.history["accuracy"].iloc[0] == 0.5 and math.isnan(rec.history["accuracy"].iloc[1])
     assert math.isnan(rec.history["loss"].iloc[1]) and bool(rec.history["diverged"].iloc[1])
     # a run that blew up in its first round: every value of the column was null
-    one = FedAvgRun(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=1)
+    one = FedAvgConfig(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=1)
     cache.store(one, pd.DataFrame({"round": [1], "accuracy": [math.nan], "diverged": [True]}), {"commit": "x"})
     assert math.isnan(RunCache(tmp_path).load(one).final_accuracy)
 
@@ -264,20 +264,20 @@ def test_a_numerics_change_flags_only_the_runs_of_the_mechanisms_it_changed():
     """Numerics v2 changed the samplers of Laplace, Piecewise and Hybrid: a v1 run of those is "older code", a v1 run of
     the two-point mechanism (or a non-private one) would be trained to the same numbers now and stays "current"."""
     from ldptut import provenance
-    from ldptut.experiments import FedAvgRun
+    from ldptut.experiments import FedAvgConfig
     from ldptut.fl import FixedRange
-    from ldptut.papers.fedsel import FedSelRun
-    from ldptut.papers.wu2023 import WuRun
+    from ldptut.papers.fedsel import FedSelConfig
+    from ldptut.papers.personalized_ldp_fl import WuConfig
 
     assert provenance.NUMERICS >= 2 and provenance.NUMERICS_CHANGES[2][0] == {"laplace", "piecewise", "hybrid"}
     base = dict(paper="p", dataset="mnist", model="mlp", n_clients=2, rounds=1)
     private = dict(epsilon=1.0, range=FixedRange(0.0, 1.0))
     flag = lambda cfg: provenance.numerics_flag(1, provenance.run_mechanisms(cfg))  # noqa: E731
-    assert flag(FedAvgRun(**base, mechanism="two_point", **private)) == "current"
-    assert flag(FedAvgRun(**base)) == "current"
+    assert flag(FedAvgConfig(**base, mechanism="two_point", **private)) == "current"
+    assert flag(FedAvgConfig(**base)) == "current"
     for m in ("piecewise", "laplace", "hybrid"):
-        assert flag(FedAvgRun(**base, mechanism=m, **private)) == f"older code (numerics v1, now v{provenance.NUMERICS})"
-    assert provenance.run_mechanisms(FedSelRun(paper="fedsel", dataset="adult", model="logistic", n_clients=10, rounds=1,
+        assert flag(FedAvgConfig(**base, mechanism=m, **private)) == f"older code (numerics v1, now v{provenance.NUMERICS})"
+    assert provenance.run_mechanisms(FedSelConfig(paper="fedsel", dataset="adult", model="logistic", n_clients=10, rounds=1,
                                                selection="random", perturbation="hm", epsilon=1.0)) == {"hybrid"}
     assert provenance.numerics_flag(1) == f"older code (numerics v1, now v{provenance.NUMERICS})"  # nothing said: flagged
     assert provenance.numerics_changes(1, ["ldpsign"]) == [] and provenance.numerics_changes(1, ["hybrid"])[0].startswith("v2: ")
@@ -286,9 +286,9 @@ def test_a_numerics_change_flags_only_the_runs_of_the_mechanisms_it_changed():
     # Wu et al.'s runs: IID clients use the Gaussian, non-IID ldpsign, a run without noise neither
     wu = dict(paper="wu2023", dataset="digits", model="ovr_logreg", n_clients=2, rounds=1, scenario="personalized",
               profile="p", aggregation="A", delta=1e-3, clip=1.0, n_train=10, n_test=10, q=0.5)
-    assert WuRun(**wu, protocol="iid", epsilons=(1.0, None)).mechanism_names() == ["gaussian"]
-    assert WuRun(**wu, protocol="iid", epsilons=(None, None)).mechanism_names() == []
-    assert WuRun(**wu, protocol="noniid", epsilons=(1.0, 5.0), l2=1.0, dirichlet_alpha=0.5).mechanism_names() == ["ldpsign"]
+    assert WuConfig(**wu, protocol="iid", epsilons=(1.0, None)).mechanism_names() == ["gaussian"]
+    assert WuConfig(**wu, protocol="iid", epsilons=(None, None)).mechanism_names() == []
+    assert WuConfig(**wu, protocol="noniid", epsilons=(1.0, 5.0), l2=1.0, dirichlet_alpha=0.5).mechanism_names() == ["ldpsign"]
 
 
 def test_a_record_names_the_commit_its_process_imported_not_the_head_when_stored(tmp_path, monkeypatch):

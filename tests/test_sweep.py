@@ -13,7 +13,7 @@ import pytest
 
 from ldptut import sweep
 from ldptut.devices import resolve_device
-from ldptut.experiments import FedAvgRun
+from ldptut.experiments import FedAvgConfig
 from ldptut.notebooks import ParameterError
 from ldptut.papers import pd_ldpfl as PD
 from ldptut.runcache import RunCache
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_chapter_parameters_are_the_notebook_defaults_overridden_by_a_parameter_file(tmp_path):
     nb = sweep.notebook_parameters(ROOT / "book" / "pd_ldpfl.ipynb")
-    assert set(nb) == set(PD.PARAMETERS)
+    assert set(nb) == set(PD.Params.spec())
     assert sweep.chapter_parameters("pd_ldpfl") == nb
     f = tmp_path / "p.yaml"
     f.write_text("clients: [25]\nrounds: 7\n")
@@ -69,7 +69,7 @@ def test_the_sweep_grid_is_the_chapters_grid(params, count, shared):
 
 def test_a_paper_module_without_grid_cannot_be_swept(monkeypatch):
     monkeypatch.delattr(PD, "grid")
-    with pytest.raises(NotImplementedError, match="no grid.*chapters that can: ldp_fl, wu2023, corbin, fedsel"):
+    with pytest.raises(NotImplementedError, match="no grid.*chapters that can: ldp_fl, personalized_ldp_fl, corbin, fedsel"):
         sweep.chapter_grid("pd_ldpfl", {})
 
 
@@ -88,14 +88,14 @@ def test_corbin_grid_is_the_notebooks_runs_before_lambda_is_chosen():
 
     p = sweep.chapter_parameters("corbin")
     g = sweep.chapter_grid("corbin", p)
-    base = C.chapter_run(dataset=p["dataset"], rounds=p["rounds"], n_clients=p["n_clients"], n_train=p["n_train"],
+    base = C.chapter_config(dataset=p["dataset"], rounds=p["rounds"], n_clients=p["n_clients"], n_train=p["n_train"],
                          n_test=p["n_test"], model=p["model"]).replace(num_rand=p["num_rand"])
     lams = [None] + [l for l in p["smoothing_grid"] if l != 1.0]
     val_base = base.replace(validation=p["validation"], n_test=None)
     notebook = C.configs(base, seeds=p["seeds"], epsilons=p["epsilons"]) + [
-        ("tune λ", C.run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=e))
+        ("tune λ", C.method_config(m, base=val_base.replace(seed=s, smoothing=l), epsilon=e))
         for e in p["smoothing_epsilons"] for m in ("ldp_fl", "coq_fl") for l in lams for s in p["tuning_seeds"]] + [
-        ("fixed range", C.run(m, base=base.replace(seed=s), epsilon=e).replace(range=fl.InitialModelRange()))
+        ("fixed range", C.method_config(m, base=base.replace(seed=s), epsilon=e).replace(range=fl.InitialModelRange()))
         for e in p["fixed_range_epsilons"] for m in ("ldp_fl", "coq_fl") for s in p["seeds"]]
     assert _keys(g) == _keys(notebook) and [e for e, _ in g] == [e for e, _ in notebook]
     kinds = [e for e, _ in g]
@@ -159,7 +159,7 @@ def _fedsel_notebook_runs(p):
     out += [("fig 3a", c) for _, c in fs.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=acc,
                                                 mu=p["mu"], lr=p["accumulation_lr"], epochs=p["accumulation_epochs"],
                                                 **common)]
-    out += [("fig 3b", fs.method_run("PS-PM", base=fs.base_run(curve[0], first[0], mu=m, lr=p["lr"], **common), epsilon=e))
+    out += [("fig 3b", fs.method_config("PS-PM", base=fs.base_config(curve[0], first[0], mu=m, lr=p["lr"], **common), epsilon=e))
             for m in p["mus"] for e in p["epsilons"]]
     out += [("fig 3b", c) for _, c in fs.configs(datasets=curve, models=first, epsilons=p["epsilons"], methods=["PM"],
                                                 lr=p["lr"], **common)]
@@ -220,7 +220,7 @@ def test_fedsel_grid_is_the_notebooks_runs(tmp_path):
 def test_personalized_ldp_fl_grid_is_the_notebooks_runs():
     """The paper's grid per experiment, "iid digits" again under the other σ reading, and C's other readings (the
     defaults load digits and Fashion-MNIST: a few seconds; the real-MNIST extension is loaded from the stored runs)."""
-    from ldptut.papers import wu2023 as W
+    from ldptut.papers import personalized_ldp_fl as W
 
     p = sweep.chapter_parameters("personalized_ldp_fl")
     g = sweep.chapter_grid("personalized_ldp_fl", p)
@@ -268,7 +268,7 @@ def test_a_parameter_of_the_wrong_type_is_rejected(tmp_path, chapter, line, name
 def test_pending_groups_skip_stored_runs(tmp_path):
     import pandas as pd
 
-    a = FedAvgRun(paper="test", dataset="mnist", model="logreg", n_clients=2, rounds=1)
+    a = FedAvgConfig(paper="test", dataset="mnist", model="logreg", n_clients=2, rounds=1)
     b = a.replace(seed=1)
     cache = RunCache(tmp_path)
     cache.store(a, pd.DataFrame({"round": [1], "accuracy": [0.5]}), {"commit": "x"})
@@ -290,7 +290,7 @@ ray = pytest.importorskip("ray", reason="the sweep runs on Ray: pip install -e '
 
 
 def _tiny(seed, rounds=1, model="logreg"):
-    return FedAvgRun(paper="test", dataset="mnist", model=model, n_clients=2, rounds=rounds, seed=seed, lr=0.1)
+    return FedAvgConfig(paper="test", dataset="mnist", model=model, n_clients=2, rounds=rounds, seed=seed, lr=0.1)
 
 
 def test_two_task_sweep_on_local_ray_stores_both_and_a_rerun_trains_nothing(tmp_path):
@@ -311,7 +311,7 @@ def test_two_task_sweep_on_local_ray_stores_both_and_a_rerun_trains_nothing(tmp_
 
 
 def test_a_failing_task_is_retried_and_reported_not_dropped(tmp_path):
-    bad = FedAvgRun(paper="test", dataset="no_such_data", model="logreg", n_clients=2, rounds=1)
+    bad = FedAvgConfig(paper="test", dataset="no_such_data", model="logreg", n_clients=2, rounds=1)
     good = _tiny(2)
     rep = sweep.run_sweep([bad, good], cache_dir=tmp_path, num_cpus=2, max_retries=1, progress=False)
     assert not rep.ok and rep.trained == [good.key()]
@@ -330,10 +330,10 @@ def test_an_interrupted_sweep_resumes_without_retraining_finished_runs(tmp_path)
     script.write_text(textwrap.dedent(f"""
         import signal
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from ldptut.experiments import FedAvgRun
+        from ldptut.experiments import FedAvgConfig
         from ldptut.sweep import run_sweep
-        quick = FedAvgRun(paper="test", dataset="mnist", model="logreg", n_clients=2, rounds=1, seed=3, lr=0.1)
-        slow = FedAvgRun(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=200, seed=4, lr=0.1)
+        quick = FedAvgConfig(paper="test", dataset="mnist", model="logreg", n_clients=2, rounds=1, seed=3, lr=0.1)
+        slow = FedAvgConfig(paper="test", dataset="mnist", model="mlp", n_clients=2, rounds=200, seed=4, lr=0.1)
         run_sweep([quick, slow], cache_dir={str(cache)!r}, num_cpus=2, progress=False)
     """))
     # its own process group, so that a failing check below can stop it with the local Ray it started

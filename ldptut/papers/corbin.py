@@ -9,7 +9,7 @@ The mechanism is generic and lives in the package: :class:`ldptut.mechanisms.Cor
 pair, exact marginals and joint law) and :class:`ldptut.fl.PairedPerturbation` (random pairs each round,
 the odd client out on the plain two-point mechanism). This module holds the paper's closed forms
 (Lemma 2, Eq. 6), the two claim checks (the "50 % of the budget" claim and the joint view of a pair),
-its settings and numbers, the experiment grid (:class:`CorbinRun`) and the paper-vs-ours table.
+its settings and numbers, the experiment grid (:class:`CorbinConfig`) and the paper-vs-ours table.
 Every ε here is **per weight per round**, as in the paper.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from .._validate import epsilon as _epsilon, fraction, pos_int, real
 from ..audits import exact_ldp_audit
 from ..data import Dataset
-from ..experiments import FedAvgRun, diverged_note
+from ..experiments import FedAvgConfig, diverged_note
 from ..fl import PairedPerturbation, SmoothedMean
 from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
 from ..params import ChapterParams, P, chapter_params, param
@@ -36,9 +36,9 @@ from . import Paper, Reported, finite_accuracy, interval_cell, mean_std, paired_
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "lemma2_covariance", "eq6_pair_variance",
            "binary_report_epsilon", "own_report_epsilon", "sampled_own_report_epsilon", "colluding_view_loss",
            "independent_pair_variance", "epsilon_from_a", "authors_code_marginal", "equal_variance_epsilons", "joint_view_loss",
-           "joint_view_table", "SmoothedMean", "CorbinRun", "METHODS", "chapter_run", "run", "configs", "base_run",
+           "joint_view_table", "SmoothedMean", "CorbinConfig", "METHODS", "chapter_config", "method_config", "configs", "base_config",
            "tuning_runs", "tuning_table", "choose_smoothing", "smoothed_runs", "fixed_range_runs", "followup",
-           "Params", "PARAMETERS", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
+           "Params", "grid", "outcome", "compare", "AUTHORS_REPO", "AUTHORS_METHODS",
            "AUTHORS_LOG_MNIST", "SERIES", "epsilon_table", "plot_vs_epsilon", "range_ablation_table", "stored_grid",
            "SUMMARY_EPSILONS", "key_numbers", "own_report_table", "sampler_joint_deviation", "marginal_table",
            "pair_variance_table", "numrand_variance", "plot_pair_variance", "plot_numrand", "plot_rounds",
@@ -471,7 +471,7 @@ _COLORS = {"fedavg": "k", "ldp_fl": "tab:blue", "coq_fl": "tab:red"}
 
 def plot_rounds(records: Sequence[Any], epsilons: Sequence[float]):
     """Test accuracy (%, left) and test loss (log scale, right) per round of the runs ``records`` (RunRecords of
-    :class:`CorbinRun`), one row per ε of ``epsilons`` (per weight per round), FedAvg in every row; an x marks a run
+    :class:`CorbinConfig`), one row per ε of ``epsilons`` (per weight per round), FedAvg in every row; an x marks a run
     stopped as diverging. Two panels per row (:func:`ldptut.display.figure`). Returns the figure."""
     from matplotlib.ticker import LogFormatter
 
@@ -520,12 +520,12 @@ def authors_side_table(side: Mapping[str, Any]) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------ runs
-#: The chapter's methods: (mechanism, correlated) of a :class:`CorbinRun`.
+#: The chapter's methods: (mechanism, correlated) of a :class:`CorbinConfig`.
 METHODS = {"fedavg": (None, False), "ldp_fl": ("two_point", False), "coq_fl": ("two_point", True)}
 
 
 @dataclass(frozen=True, kw_only=True)
-class CorbinRun(FedAvgRun):
+class CorbinConfig(FedAvgConfig):
     """A FedAvg run with LDP-FL's two-point mechanism, optionally on correlated pairs (CoQ-FL).
 
     ``correlated``: pair the clients at random each round (:class:`~ldptut.fl.PairedPerturbation` with
@@ -601,21 +601,21 @@ class CorbinRun(FedAvgRun):
         return f"{name} ε={self.epsilon:g}{lam}, seed {self.seed}"
 
 
-def chapter_run(*, dataset: str = "mnist", rounds: Optional[int] = None, n_clients: Optional[int] = None,
+def chapter_config(*, dataset: str = "mnist", rounds: Optional[int] = None, n_clients: Optional[int] = None,
                 n_train: Optional[int] = None, n_test: Optional[int] = None, model: Optional[str] = None,
-                seed: int = 0) -> CorbinRun:
+                seed: int = 0) -> CorbinConfig:
     """The non-private run at CorBin-FL's settings for ``dataset`` (:data:`SETTINGS`), any of them overridden
     (rounds, clients, training-set size, test subset, model)."""
     if dataset not in SETTINGS:
         raise ValueError(f"dataset must be one of {sorted(SETTINGS)}, got {dataset!r}")
     s = SETTINGS[dataset]
-    return CorbinRun(paper="corbin", dataset=dataset, model=model or s["model"], n_clients=n_clients or s["n_clients"],
+    return CorbinConfig(paper="corbin", dataset=dataset, model=model or s["model"], n_clients=n_clients or s["n_clients"],
                      rounds=rounds or s["rounds"], seed=seed, partition=s["partition"], local_epochs=s["local_epochs"],
                      optimizer=s["optimizer"], lr=s["lr"], weight_decay=s["weight_decay"], batch_size=s["batch_size"],
                      n_train=n_train or s["n_train"], n_test=n_test, num_rand=s["num_rand"])
 
 
-def run(method: str, *, base: CorbinRun, epsilon: Optional[float] = None) -> CorbinRun:
+def method_config(method: str, *, base: CorbinConfig, epsilon: Optional[float] = None) -> CorbinConfig:
     """``base`` (non-private) turned into ``method`` ("fedavg", "ldp_fl", "coq_fl") at ``epsilon``."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
@@ -630,22 +630,22 @@ def run(method: str, *, base: CorbinRun, epsilon: Optional[float] = None) -> Cor
                         correlated=correlated)
 
 
-def configs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterable[float],
-            methods: Sequence[str] = ("fedavg", "ldp_fl", "coq_fl")) -> list[tuple[str, CorbinRun]]:
+def configs(base: CorbinConfig, *, seeds: Sequence[int], epsilons: Iterable[float],
+            methods: Sequence[str] = ("fedavg", "ldp_fl", "coq_fl")) -> list[tuple[str, CorbinConfig]]:
     """The grid "vs epsilon": FedAvg once per seed, LDP-FL and CoQ-FL at every ε, for every seed."""
     out = []
     for s in seeds:
         b = base.replace(seed=s)
         for m in methods:
             if m == "fedavg":
-                out.append(("vs epsilon", run(m, base=b)))
+                out.append(("vs epsilon", method_config(m, base=b)))
             else:
-                out.extend(("vs epsilon", run(m, base=b, epsilon=e)) for e in epsilons)
+                out.extend(("vs epsilon", method_config(m, base=b, epsilon=e)) for e in epsilons)
     return out
 
 
-def tuning_runs(base: CorbinRun, *, seeds: Sequence[int], smoothing_grid: Sequence[float],
-                epsilons: Iterable[float], validation: int) -> list[tuple[str, CorbinRun]]:
+def tuning_runs(base: CorbinConfig, *, seeds: Sequence[int], smoothing_grid: Sequence[float],
+                epsilons: Iterable[float], validation: int) -> list[tuple[str, CorbinConfig]]:
     """The grid "tune λ": LDP-FL and CoQ-FL at every ε of ``epsilons`` with the plain mean (λ = 1) and every other λ
     of ``smoothing_grid``, evaluated on ``validation`` held-out training images (never the test set), for every seed
     of ``seeds``; none when ``smoothing_grid`` is empty. The authors chose λ per ε (on test accuracy)."""
@@ -653,7 +653,7 @@ def tuning_runs(base: CorbinRun, *, seeds: Sequence[int], smoothing_grid: Sequen
         return []
     val_base = base.replace(validation=validation, n_test=None)
     lams = [None] + [l for l in smoothing_grid if l != 1.0]
-    return [("tune λ", run(m, base=val_base.replace(seed=s, smoothing=l), epsilon=e))
+    return [("tune λ", method_config(m, base=val_base.replace(seed=s, smoothing=l), epsilon=e))
             for e in epsilons for m in ("ldp_fl", "coq_fl") for l in lams for s in seeds]
 
 
@@ -692,22 +692,22 @@ def choose_smoothing(tune: pd.DataFrame) -> dict[tuple[str, float], Optional[flo
     return out
 
 
-def smoothed_runs(base: CorbinRun, best: Mapping[tuple[str, float], Optional[float]], *,
-                  seeds: Sequence[int]) -> list[tuple[str, CorbinRun]]:
+def smoothed_runs(base: CorbinConfig, best: Mapping[tuple[str, float], Optional[float]], *,
+                  seeds: Sequence[int]) -> list[tuple[str, CorbinConfig]]:
     """The runs "smoothed": for each (method, ε) of ``best`` (:func:`choose_smoothing`: the λ chosen on validation; 1
     is the plain mean, None: every λ diverged, no run) that method at that ε on the test set, for every seed. They
     depend on the "tune λ" results, so they are not in :func:`grid` (:func:`followup`)."""
-    return [("smoothed", run(m, base=base.replace(seed=s, smoothing=None if lam == 1.0 else lam), epsilon=e))
+    return [("smoothed", method_config(m, base=base.replace(seed=s, smoothing=None if lam == 1.0 else lam), epsilon=e))
             for (m, e), lam in best.items() if lam is not None for s in seeds]
 
 
-def fixed_range_runs(base: CorbinRun, *, seeds: Sequence[int], epsilons: Iterable[float]) -> list[tuple[str, CorbinRun]]:
+def fixed_range_runs(base: CorbinConfig, *, seeds: Sequence[int], epsilons: Iterable[float]) -> list[tuple[str, CorbinConfig]]:
     """The ablation "fixed range": LDP-FL and CoQ-FL with the plain mean at every ε of ``epsilons``, the range fixed at
     the initial model's per-layer range (:class:`ldptut.fl.InitialModelRange`) instead of recomputed each round from
     the noisy global model; everything else as in "vs epsilon" (same seeds, so the pairs are comparable)."""
     from ..fl import InitialModelRange
 
-    return [("fixed range", run(m, base=base.replace(seed=s), epsilon=e).replace(range=InitialModelRange()))
+    return [("fixed range", method_config(m, base=base.replace(seed=s), epsilon=e).replace(range=InitialModelRange()))
             for e in epsilons for m in ("ldp_fl", "coq_fl") for s in seeds]
 
 
@@ -738,17 +738,15 @@ class Params(ChapterParams):
     paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/corbin")
 
 
-#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
-PARAMETERS = Params.spec()
 
 
-def base_run(p: Mapping[str, Any]) -> CorbinRun:
-    """The chapter's non-private run (:func:`chapter_run`) from its parameters ``p`` (the notebook's names)."""
-    return chapter_run(dataset=p["dataset"], rounds=p["rounds"], n_clients=p["n_clients"], n_train=p["n_train"],
+def base_config(p: Mapping[str, Any]) -> CorbinConfig:
+    """The chapter's non-private run (:func:`chapter_config`) from its parameters ``p`` (the notebook's names)."""
+    return chapter_config(dataset=p["dataset"], rounds=p["rounds"], n_clients=p["n_clients"], n_train=p["n_train"],
                        n_test=p["n_test"], model=p["model"]).replace(num_rand=p["num_rand"])
 
 
-def grid(p: Mapping[str, Any]) -> list[tuple[str, CorbinRun]]:
+def grid(p: Mapping[str, Any]) -> list[tuple[str, CorbinConfig]]:
     """The chapter's runs that its parameters ``p`` (the notebook's names, e.g. a parameter file over the defaults)
     fix before any training: "vs epsilon" (:func:`configs`), "tune λ" (:func:`tuning_runs` at every ε of
     ``smoothing_epsilons``, seeds ``tuning_seeds``) and "fixed range" (:func:`fixed_range_runs` at
@@ -757,14 +755,14 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, CorbinRun]]:
     Not in it: the "smoothed" runs (:func:`followup`), which use the λ each method scores best with on the
     validation split, known only once the "tune λ" runs are trained; the sweep trains them after the grid."""
     p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
-    base = base_run(p)
+    base = base_config(p)
     return (configs(base, seeds=p["seeds"], epsilons=p["epsilons"])
             + tuning_runs(base, seeds=p["tuning_seeds"], smoothing_grid=p["smoothing_grid"],
                           epsilons=p["smoothing_epsilons"], validation=p["validation"])
             + fixed_range_runs(base, seeds=p["seeds"], epsilons=p["fixed_range_epsilons"]))
 
 
-def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, CorbinRun]]:
+def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, CorbinConfig]]:
     """The runs that depend on :func:`grid`'s results: "smoothed" (:func:`smoothed_runs`) with the λ chosen on
     validation (:func:`choose_smoothing`) from ``tune``, the stored "tune λ" runs of ``grid(p)`` (a records table),
     for every seed of ``seeds``. ``tune`` may hold other runs too: those of the experiment "tune λ" are used when it
@@ -774,7 +772,7 @@ def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, Corbin
         tune = tune[tune["experiment"] == "tune λ"]
     elif len(tune):
         tune = tune[tune["validation"].notna()]
-    return smoothed_runs(base_run(p), choose_smoothing(tune), seeds=p["seeds"])
+    return smoothed_runs(base_config(p), choose_smoothing(tune), seeds=p["seeds"])
 
 
 def outcome(runs: pd.DataFrame) -> str:
@@ -1115,7 +1113,7 @@ def stored_grid(params: Mapping[str, Any], cache_dir: str) -> pd.DataFrame:
     return table
 
 
-def _n_params(c: CorbinRun) -> int:
+def _n_params(c: CorbinConfig) -> int:
     """d, the number of weights each client reports per round (one two-point report each)."""
     from ..data import IMAGE_SHAPES
     from ..models import build_model, count_parameters

@@ -7,7 +7,7 @@ with its exact output law and exact privacy loss), the value perturbations PM / 
 (:mod:`ldptut.mechanisms`: :class:`~ldptut.mechanisms.Piecewise`, :class:`~ldptut.mechanisms.Hybrid`,
 :class:`~ldptut.mechanisms.TwoPoint` on [-1, 1]), the one-record-user simulator with its reporters
 (:mod:`ldptut.fedsgd`) and the linear models (:mod:`ldptut.linear`). This module holds the paper's settings,
-Table 3, the data as the paper prepares it, the experiment grid (:class:`FedSelRun`), the claim checks and
+Table 3, the data as the paper prepares it, the experiment grid (:class:`FedSelConfig`), the claim checks and
 the paper-vs-ours table.
 
 Units. ε is the budget **per user over the whole training**; with E epochs each user sends one report per
@@ -34,11 +34,11 @@ from ..runconfig import RunConfig, TrainingEnv
 from ..selection import ExponentialSelection, PerturbedEncoding, PerturbedSampling
 from . import Paper, Reported, cv_interval
 
-__all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare", "FedSelRun", "METHODS",
-           "method_run", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
-           "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_run", "TABLE3_METHODS",
+__all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "DATASETS", "REPORTED", "prepare", "FedSelConfig", "METHODS",
+           "method_config", "configs", "hyper_parameter_free_mu", "pe_privacy_table", "two_stage_epsilon",
+           "selection_seconds", "table3_runs", "gains_losses", "compare", "runs_table", "base_config", "TABLE3_METHODS",
            "SELECTION_ONLY", "IN_CLEAR", "FLAT_PAIRS", "CURVE_METHODS", "CONVERGENCE_EPSILON", "ACCUMULATION_METHODS",
-           "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "Params", "PARAMETERS", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
+           "LRS", "DIM_METHODS", "DIM_DATASET", "GRID_PARTS", "Params", "check_settings", "grid", "tuned_lrs", "tuned_configs", "HOLDOUTS",
            "plot_tuning", "dim_table", "plot_dim_sweep", "FIG2_TUNED_METHODS", "FIG2_PAIRS", "fig2_gains",
            "fig2_differences", "followup", "convergence_configs", "plot_convergence", "difference_cell", "difference",
            "in_method_order", "plot_fig2_tuned", "plot_fig2", "plot_fig3", "plot_selection_cost", "data",
@@ -129,14 +129,11 @@ def prepare(name: str, *, seed: int = 0, device: Any = "cpu", dim: Optional[int]
         x, y = _data.sparse_synthetic(spec["records"], d, c1=spec["c1"], c2=spec["c2"], seed=seed)
     else:
         kw = {"binary": True} if name == "kdd99" else {}
-        ds = _data.load_dataset(name, **kw)
-        x = torch.cat([ds.x_train, ds.x_test]).float()
-        y = torch.cat([ds.y_train, ds.y_test]).float().mul_(2).sub_(1)
+        x, y = _data.joined(_data.load_dataset(name, **kw))
+        x, y = x.float(), _data.signed_labels(y)
         if name == "kdd99":
-            keep = torch.randperm(x.shape[0], generator=generator(0, "fedsel-kdd99-subsample"))[: spec["records"]]
-            x, y = x[keep], y[keep]
-        scale = x.abs().amax(0)
-        x = x / torch.where(scale > 0, scale, torch.ones_like(scale))
+            x, y = _data.subsample(x, y, spec["records"], generator(0, "fedsel-kdd99-subsample"))
+        x = _data.max_abs_scaled(x)
     return x.to(device), y.to(device)
 
 
@@ -149,7 +146,7 @@ PERTURBATIONS = {"pm": Piecewise, "hm": Hybrid, "duchi": TwoPoint}
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedSelRun(RunConfig):
+class FedSelConfig(RunConfig):
     """One cell of FedSel's experiments: all ``repeats`` x ``folds`` cross-validation runs of one method on one
     data set, trained together (R = repeats * folds runs vectorised); the record holds the mean, std, min and
     max over the R runs of the test accuracy.
@@ -311,7 +308,7 @@ class FedSelRun(RunConfig):
         return (self.dataset, self.dim)
 
     @classmethod
-    def train_group(cls, configs: Sequence["FedSelRun"], *, env: TrainingEnv) -> list[pd.DataFrame]:
+    def train_group(cls, configs: Sequence["FedSelConfig"], *, env: TrainingEnv) -> list[pd.DataFrame]:
         out = []
         for c in configs:
             x, y = env.memo(("fedsel-data", c.dataset, c.dim), lambda: prepare(c.dataset, dim=c.dim))
@@ -333,7 +330,7 @@ METHODS = {
 }
 
 
-def method_run(method: str, *, base: FedSelRun, epsilon: Optional[float] = None) -> FedSelRun:
+def method_config(method: str, *, base: FedSelConfig, epsilon: Optional[float] = None) -> FedSelConfig:
     """``base`` turned into the paper's ``method`` (a :data:`METHODS` name) at ``epsilon`` (ignored in clear)."""
     one_of(method, "method", list(METHODS))
     sel, pert, control, acc = METHODS[method]
@@ -342,25 +339,25 @@ def method_run(method: str, *, base: FedSelRun, epsilon: Optional[float] = None)
                         epsilon=epsilon if private else None)
 
 
-def base_run(dataset: str, model: str, *, folds: int = 5, repeats: int = 10, seed: int = 0, **kw: Any) -> FedSelRun:
+def base_config(dataset: str, model: str, *, folds: int = 5, repeats: int = 10, seed: int = 0, **kw: Any) -> FedSelConfig:
     """NP on ``dataset`` with ``model`` at the paper's settings (100 iterations per epoch)."""
     n = DATASETS[one_of(dataset, "dataset", sorted(DATASETS))]["records"]
-    return FedSelRun(paper="fedsel", dataset=dataset, model=model, n_clients=n, rounds=100, seed=seed,
+    return FedSelConfig(paper="fedsel", dataset=dataset, model=model, n_clients=n, rounds=100, seed=seed,
                      folds=folds, repeats=repeats, **kw)
 
 
 def configs(*, datasets: Sequence[str], models: Sequence[str], epsilons: Iterable[float], methods: Sequence[str],
-            folds: int = 5, repeats: int = 10, seed: int = 0, **kw: Any) -> list[tuple[str, FedSelRun]]:
+            folds: int = 5, repeats: int = 10, seed: int = 0, **kw: Any) -> list[tuple[str, FedSelConfig]]:
     """The grid: every method on every (data set, model), at every ε for the private ones (once for NP)."""
     out = []
     epsilons = list(epsilons)
     for ds in datasets:
         for model in models:
-            b = base_run(ds, model, folds=folds, repeats=repeats, seed=seed, **kw)
+            b = base_config(ds, model, folds=folds, repeats=repeats, seed=seed, **kw)
             for m in methods:
                 private = METHODS[m][1] is not None or METHODS[m][0] in ("exp", "pe", "ps")
                 for e in (epsilons if private else [None]):
-                    out.append(("grid", method_run(m, base=b, epsilon=e)))
+                    out.append(("grid", method_config(m, base=b, epsilon=e)))
     return out
 
 
@@ -431,8 +428,6 @@ class Params(ChapterParams):
         check_settings(self)
 
 
-#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
-PARAMETERS = Params.spec()
 
 
 def check_settings(p: Mapping[str, Any]) -> None:
@@ -446,7 +441,7 @@ def check_settings(p: Mapping[str, Any]) -> None:
         raise ValueError(f"mu and mus must be in (0, 1): the value needs a budget too; got mu = {mu}, mus = {mus}")
 
 
-def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedSelRun]]:
+def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedSelConfig]]:
     """The chapter's experiment grid from its parameters ``p`` (the notebook's names, e.g. a parameter file over the
     defaults), as (experiment, run) pairs in the notebook's order (:data:`GRID_PARTS`; ``parts`` selects some):
 
@@ -479,7 +474,7 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
     curve, first = [p["curve_dataset"]], list(p["models"])[:1]
     epsilons = p["epsilons"]
     want = GRID_PARTS if parts is None else parts
-    out: list[tuple[str, FedSelRun]] = []
+    out: list[tuple[str, FedSelConfig]] = []
     if "table 3" in want:
         out += [("table 3", c) for _, c in configs(datasets=p["datasets"], models=p["models"], epsilons=[p["epsilon"]],
                                                    methods=TABLE3_METHODS, mu=p["mu"], lr=p["lr"], **common)]
@@ -510,7 +505,7 @@ def grid(p: Mapping[str, Any], *, parts: Optional[Sequence[str]] = None) -> list
                                                   methods=ACCUMULATION_METHODS, mu=p["mu"], lr=p["accumulation_lr"],
                                                   epochs=p["accumulation_epochs"], **common)]
     if "fig 3b" in want:
-        out += [("fig 3b", method_run("PS-PM", base=base_run(p["curve_dataset"], first[0], mu=m, lr=p["lr"], **common),
+        out += [("fig 3b", method_config("PS-PM", base=base_config(p["curve_dataset"], first[0], mu=m, lr=p["lr"], **common),
                                       epsilon=e)) for m in p["mus"] for e in epsilons]
         out += [("fig 3b", c) for _, c in configs(datasets=curve, models=first, epsilons=epsilons, methods=["PM"],
                                                   lr=p["lr"], **common)]
@@ -549,7 +544,7 @@ def tuned_lrs(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def tuned_configs(tuned: pd.DataFrame, *, repeats: int, experiment: str = "table 3 tuned") -> list[tuple[str, FedSelRun]]:
+def tuned_configs(tuned: pd.DataFrame, *, repeats: int, experiment: str = "table 3 tuned") -> list[tuple[str, FedSelConfig]]:
     """Table 3's runs on test at each method's tuned α (:func:`tuned_lrs`): the chosen validation run with
     ``holdout="test"`` and ``repeats`` repetitions (the same folds and seed as every other test run, so the gains
     are paired fold by fold), as (``experiment``, run) pairs."""
@@ -584,7 +579,7 @@ def pe_privacy_table(*, ds: Sequence[int], k_fractions: Sequence[float] = (0.1,)
     return pd.DataFrame(rows)
 
 
-def two_stage_epsilon(run: FedSelRun, d: int) -> dict[str, float]:
+def two_stage_epsilon(run: FedSelConfig, d: int) -> dict[str, float]:
     """One report's budget as claimed (ε1 + ε2) and as it truly is (the selection's exact loss + ε2), and the
     composed figure per user over the training (E reports).
 
@@ -953,7 +948,7 @@ def in_method_order(table: pd.DataFrame) -> pd.DataFrame:
                              kind="stable")
 
 
-def convergence_configs(tuned: pd.DataFrame, *, repeats: int) -> list[tuple[str, FedSelRun]]:
+def convergence_configs(tuned: pd.DataFrame, *, repeats: int) -> list[tuple[str, FedSelConfig]]:
     """The convergence check's test runs at each method's tuned α (:func:`tuned_configs`, experiment "convergence
     tuned"), evaluated every 5 iterations."""
     return [(e, c.replace(eval_every=5)) for e, c in tuned_configs(tuned, repeats=repeats,
@@ -1021,14 +1016,14 @@ def fig2_gains(runs: pd.DataFrame, *, pairs: Sequence[tuple[str, str]] = tuple(F
     return wide.reset_index().rename(columns={"pair": "a − b (points)"})
 
 
-def followup(p: Mapping[str, Any], table: pd.DataFrame) -> list[tuple[str, FedSelRun]]:
+def followup(p: Mapping[str, Any], table: pd.DataFrame) -> list[tuple[str, FedSelConfig]]:
     """The test runs that depend on :func:`grid`'s results: each method at the α chosen on validation
     (:func:`tuned_lrs`, :func:`tuned_configs`, ``repeats`` repetitions) for Table 3 ("tuning" -> "table 3 tuned"),
     Fig. 2 ("fig 2 tuning" -> "fig 2 tuned"), the convergence check ("convergence tuning" -> "convergence tuned",
     evaluated every 5 iterations) and the sweep over d ("d sweep" -> "d sweep tuned"); ``table`` is the grid's
     stored runs as a records table with an ``experiment`` column (:func:`ldptut.runcache.stored_table`)."""
     p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
-    out: list[tuple[str, FedSelRun]] = []
+    out: list[tuple[str, FedSelConfig]] = []
     if not len(table):
         return out
     for part, experiment in (("tuning", "table 3 tuned"), ("fig 2 tuning", "fig 2 tuned"),
@@ -1101,7 +1096,7 @@ def plot_dim_sweep(runs: pd.DataFrame, *, methods: Sequence[str] = tuple(DIM_MET
 # ------------------------------------------------------------------------------------ the chapter's tables
 def data(runner: Any, name: str, *, dim: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`prepare` once per (data set, d) and ``runner`` (:class:`ldptut.experiments.Runner`): the same memo
-    its training uses (:meth:`FedSelRun.train_group`), so a chapter's tables and runs prepare each data set once."""
+    its training uses (:meth:`FedSelConfig.train_group`), so a chapter's tables and runs prepare each data set once."""
     return runner.memo(("fedsel-data", name, dim), lambda: prepare(name, dim=dim))
 
 
@@ -1144,7 +1139,7 @@ def budget_table(datasets: Sequence[str], *, epsilon: float, mu: float, runner: 
     for ds in datasets:
         d = (data(runner, ds) if runner is not None else prepare(ds))[0].shape[1]
         for meth in methods:
-            b = two_stage_epsilon(method_run(meth, base=base_run(ds, "logistic", mu=mu), epsilon=epsilon), d)
+            b = two_stage_epsilon(method_config(meth, base=base_config(ds, "logistic", mu=mu), epsilon=epsilon), d)
             rows.append({"data set": DATASETS[ds]["label"], "d": d, "method": meth,
                          "ε1": round(b["ε1"], 3), "ε2": round(b["ε2"], 3),
                          "per report: claimed": round(b["per report, claimed"], 4),

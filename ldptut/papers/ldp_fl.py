@@ -19,14 +19,14 @@ import torch
 
 from .._validate import pos_int
 from ..data import Dataset
-from ..experiments import CLIP_ONLY, FedAvgRun
+from ..experiments import CLIP_ONLY, FedAvgConfig
 from ..fl import RANGE_RULES, FixedRange, GlobalModelRange
 from ..params import ChapterParams, P, chapter_params, param
 from ..rng import generator
 from . import Paper, Reported, format_interval, mean_std, welch_interval
 
-__all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationRun", "chapter_run",
-           "configs", "Params", "PARAMETERS", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
+__all__ = ["PAPER", "SETTINGS", "REPORTED", "EPSILON_UNIT", "FIXED_RANGE", "N_CLIENTS", "ValidationConfig", "chapter_config",
+           "configs", "Params", "grid", "compare", "privacy_cost", "reported_at", "steps_table", "LOCAL_KEYS",
            "check_local", "check_sensitivity_setting", "pick_rule", "local_label", "local_table", "local_of",
            "range_label", "run_label", "search_summary", "chosen_local", "chosen_settings", "chosen_configs",
            "sensitivity_panels", "paper_view", "compare_view", "view_cell", "plot_curves", "plot_sensitivity",
@@ -83,8 +83,8 @@ REPORTED = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class ValidationRun(FedAvgRun):
-    """A :class:`~ldptut.experiments.FedAvgRun` trained without ``validation`` examples of the training set and
+class ValidationConfig(FedAvgConfig):
+    """A :class:`~ldptut.experiments.FedAvgConfig` trained without ``validation`` examples of the training set and
     evaluated on them instead of the test set: for choosing the local computation the paper leaves unstated
     (Section 5 gives lr and rounds only), never on test. The held-out examples are the last ``validation`` of a
     fixed shuffle of the training set (seed 0, the same for every run seed); the clients' IID shards come from the
@@ -114,7 +114,7 @@ class ValidationRun(FedAvgRun):
         return f"{super().label()}, {local_label(self)}, on validation"
 
 
-#: The local-computation settings a search may vary (:func:`configs`' ``search``), all fields of FedAvgRun.
+#: The local-computation settings a search may vary (:func:`configs`' ``search``), all fields of FedAvgConfig.
 LOCAL_KEYS = ("local_epochs", "batch_size", "optimizer", "lr", "momentum")
 
 
@@ -155,33 +155,33 @@ def pick_rule(name: str, *, fixed: FixedRange, adaptive: GlobalModelRange,
     return {"fixed": fixed, "adaptive": adaptive}[name]
 
 
-def local_label(run: FedAvgRun) -> str:
+def local_label(run: FedAvgConfig) -> str:
     """"batch 10, 1 local epoch(s), sgd lr 0.015 momentum 0.9": a run's local computation."""
     mom = f" momentum {run.momentum:g}" if run.momentum else ""
     return f"batch {run.batch_size}, {run.local_epochs} local epoch(s), {run.optimizer} lr {run.lr:g}{mom}"
 
 
-def chapter_run(*, dataset: str, model: str, n_clients: int, rounds: int, lr: float, client_fraction: float = 1.0,
-                local_epochs: int = 1, batch_size: int = 32, seed: int = 0) -> FedAvgRun:
+def chapter_config(*, dataset: str, model: str, n_clients: int, rounds: int, lr: float, client_fraction: float = 1.0,
+                local_epochs: int = 1, batch_size: int = 32, seed: int = 0) -> FedAvgConfig:
     """The chapter's non-private run (Algorithm 1 without perturbation: IID shards, weights sent, server mean)."""
-    return FedAvgRun(paper="ldp_fl", dataset=dataset, model=model, n_clients=n_clients, rounds=rounds, lr=lr,
+    return FedAvgConfig(paper="ldp_fl", dataset=dataset, model=model, n_clients=n_clients, rounds=rounds, lr=lr,
                      client_fraction=client_fraction, local_epochs=local_epochs, batch_size=batch_size, seed=seed,
                      partition="iid", send="weights", aggregator="mean")
 
 
-def private(run: FedAvgRun, epsilon: float, rule: FixedRange | GlobalModelRange) -> FedAvgRun:
+def private(run: FedAvgConfig, epsilon: float, rule: FixedRange | GlobalModelRange) -> FedAvgConfig:
     """``run`` with the two-point mechanism at ``epsilon`` per weight per round and range rule ``rule``."""
     return run.replace(mechanism="two_point", epsilon=epsilon, range=rule)
 
 
-def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptive: GlobalModelRange,
+def configs(base: FedAvgConfig, *, seeds: Sequence[int], fixed: FixedRange, adaptive: GlobalModelRange,
             epsilons: Iterable[float] = (), table1_epsilons: Iterable[float] = (), headline_seeds: Sequence[int] = (),
             sensitivity_epsilon: float = 1.0, sensitivity_range: str = "fixed",
             sensitivity_batch_sizes: Iterable[int] = (), sensitivity_local_epochs: Iterable[int] = (),
             sensitivity_settings: Sequence[Mapping[str, Any]] = (), clients_grid: Iterable[int] = (),
             fraction_grid: Iterable[float] = (), steps_rounds: Optional[int] = None,
             search: Sequence[Mapping[str, Any]] = (), validation: int = 5000, search_private: bool = True,
-            parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedAvgRun]]:
+            parts: Optional[Sequence[str]] = None) -> list[tuple[str, FedAvgConfig]]:
     """The chapter's experiment grid as (experiment, run) pairs, every run for every seed of ``seeds``.
 
     * "vs epsilon" (Fig. 5): non-private and every ε of ``epsilons`` with the fixed range; the
@@ -199,7 +199,7 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
       (:data:`~ldptut.experiments.CLIP_ONLY`, the ablation of "clipping, not noise");
     * "search" (the local computation the paper leaves unstated, chosen on a validation split, never on test):
       per setting of ``search`` (a dict over :data:`LOCAL_KEYS` that replaces the base's values), a
-      :class:`ValidationRun` holding out ``validation`` training examples, non-private and, with ``search_private``,
+      :class:`ValidationConfig` holding out ``validation`` training examples, non-private and, with ``search_private``,
       ``sensitivity_epsilon`` with the ``sensitivity_range`` rule. The runs on test at the chosen setting depend on
       these results: :func:`chosen_configs`.
 
@@ -208,12 +208,12 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
     sensitivity_rule = pick_rule(sensitivity_range, fixed=fixed, adaptive=adaptive, what="sensitivity_range")
     seeds = list(seeds)
     extra = [s for s in headline_seeds if s not in seeds]
-    out: list[tuple[str, FedAvgRun]] = []
+    out: list[tuple[str, FedAvgConfig]] = []
 
-    def add(experiment: str, run: FedAvgRun, *, more_seeds: Sequence[int] = ()) -> None:
+    def add(experiment: str, run: FedAvgConfig, *, more_seeds: Sequence[int] = ()) -> None:
         out.extend((experiment, run.replace(seed=s)) for s in seeds + list(more_seeds))
 
-    def pair(experiment: str, run: FedAvgRun) -> None:
+    def pair(experiment: str, run: FedAvgConfig) -> None:
         add(experiment, run)
         add(experiment, private(run, sensitivity_epsilon, sensitivity_rule))
 
@@ -246,7 +246,7 @@ def configs(base: FedAvgRun, *, seeds: Sequence[int], fixed: FixedRange, adaptiv
         add("steps", longer.replace(mechanism=CLIP_ONLY, range=fixed))
     for setting in search:
         check_local(setting)
-        held = ValidationRun(**{f.name: getattr(base, f.name) for f in dataclasses.fields(FedAvgRun)},
+        held = ValidationConfig(**{f.name: getattr(base, f.name) for f in dataclasses.fields(FedAvgConfig)},
                              validation=validation).replace(**setting)
         if search_private:
             pair("search", held)
@@ -303,15 +303,13 @@ class Params(ChapterParams):
     device: str = param(P.device, "auto")
 
 
-#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
-PARAMETERS = Params.spec()
 
 
-def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
+def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgConfig]]:
     """The chapter's whole experiment grid (:func:`configs`) from its parameters ``p`` (the notebook's names, e.g. a
     parameter file over the defaults). The chapter and ``python -m ldptut.sweep ldp_fl`` both build their runs here."""
     p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
-    base = chapter_run(dataset=p["dataset"], model=p["model_name"], n_clients=p["n_clients"], rounds=p["rounds"],
+    base = chapter_config(dataset=p["dataset"], model=p["model_name"], n_clients=p["n_clients"], rounds=p["rounds"],
                        lr=p["lr"], client_fraction=p["client_fraction"], local_epochs=p["local_epochs"],
                        batch_size=p["batch_size"], seed=p["seed"])
     return configs(base, seeds=p["seeds"], headline_seeds=p["headline_seeds"],
@@ -326,9 +324,9 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, FedAvgRun]]:
 
 
 def _on_test_with(c: Any, optimizer: str, lr: Optional[float], momentum: float) -> bool:
-    """A run :func:`compare` may match: scored on test (no :class:`ValidationRun`, no training-accuracy repeat),
+    """A run :func:`compare` may match: scored on test (no :class:`ValidationConfig`, no training-accuracy repeat),
     with this optimizer and momentum, and this lr unless ``lr`` is None."""
-    return (not isinstance(c, ValidationRun) and not getattr(c, "train_eval", False)
+    return (not isinstance(c, ValidationConfig) and not getattr(c, "train_eval", False)
             and getattr(c, "optimizer", "sgd") == optimizer and float(getattr(c, "momentum", 0.0)) == momentum
             and (lr is None or getattr(c, "lr", None) == lr))
 
@@ -389,7 +387,7 @@ def compare(runs: pd.DataFrame, *, batch_size: int = 32, local_epochs: int = 1, 
     same for the non-private runs with identical settings and the same seeds; "privacy cost" is
     :func:`privacy_cost` (non-private minus private, paired by seed and lr, with its t interval). Runs of the "steps"
     experiment (``train_eval``, which repeat a training with more evaluation, or run longer) and the search's runs on a
-    validation split (:class:`ValidationRun`) are left out; the default local computation is plain SGD (the
+    validation split (:class:`ValidationConfig`) are left out; the default local computation is plain SGD (the
     search's choices, e.g. Adam, are compared with ``optimizer="adam", lr=...``). "fixed" is the paper's fixed range
     for the data set (:data:`FIXED_RANGE`), "adaptive" our rule (:class:`~ldptut.fl.GlobalModelRange`). The
     paper's numbers are training accuracy (``REPORTED``). With ``dataset``, only the claims on that data set.
@@ -506,7 +504,7 @@ def steps_table(records: Iterable[Any], *, rounds: Optional[int] = None) -> pd.D
     return agg.reset_index()
 
 
-def range_label(run: FedAvgRun) -> str:
+def range_label(run: FedAvgConfig) -> str:
     """"fixed range (0, 1)", "adaptive range", or "" for a run without a range (non-private)."""
     if run.range is None:
         return ""
@@ -514,7 +512,7 @@ def range_label(run: FedAvgRun) -> str:
             else "adaptive range")
 
 
-def run_label(run: FedAvgRun) -> str:
+def run_label(run: FedAvgConfig) -> str:
     """"non-private", or "ε = 10 per weight per round, adaptive range" / "..., fixed range (0, 1)"."""
     if run.mechanism is None:
         return "non-private"
@@ -524,12 +522,12 @@ def run_label(run: FedAvgRun) -> str:
     return f"ε = {run.epsilon:g} per weight per round, {rng}"
 
 
-def local_of(run: FedAvgRun) -> dict[str, Any]:
+def local_of(run: FedAvgConfig) -> dict[str, Any]:
     """The local computation of ``run``: its values of :data:`LOCAL_KEYS` (the keys a search setting may vary)."""
     return {k: getattr(run, k) for k in LOCAL_KEYS}
 
 
-def sensitivity_panels(sens: pd.DataFrame, *, base: FedAvgRun) -> list[tuple[tuple[str, float, float], str, str, int]]:
+def sensitivity_panels(sens: pd.DataFrame, *, base: FedAvgConfig) -> list[tuple[tuple[str, float, float], str, str, int]]:
     """The curves the sensitivity runs ``sens`` (columns optimizer, lr, momentum, batch_size, local_epochs) can draw,
     one panel each, per optimizer setting (optimizer, lr, momentum; the base's first, then in order of appearance):
     the batch size varied at the base's local epochs, and the local epochs varied at every batch size run with more
@@ -548,7 +546,7 @@ def sensitivity_panels(sens: pd.DataFrame, *, base: FedAvgRun) -> list[tuple[tup
 
 
 def local_table(records: Iterable[Any]) -> pd.DataFrame:
-    """Runs by local computation (the search's :class:`ValidationRun` records, and runs on test) as a table: per
+    """Runs by local computation (the search's :class:`ValidationConfig` records, and runs on test) as a table: per
     local computation, data the accuracy is measured on ("validation (N held out)" or "test") and run
     (:func:`run_label`: non-private, or ε per weight per round and range), the final accuracy (%, mean and sample std
     over seeds), the best round's, and the runs that diverged; rows in the order of ``records``."""
@@ -558,7 +556,7 @@ def local_table(records: Iterable[Any]) -> pd.DataFrame:
         acc = 100 * rec.history["accuracy"]
         diverged = "diverged" in rec.history and bool(rec.history["diverged"].fillna(False).astype(bool).any())
         rows.append({"local computation": local_label(c),
-                     "on": f"validation ({c.validation} held out)" if isinstance(c, ValidationRun) else "test",
+                     "on": f"validation ({c.validation} held out)" if isinstance(c, ValidationConfig) else "test",
                      "run": run_label(c),
                      "seed": c.seed, "rounds": c.rounds, "final": float(acc.iloc[-1]), "best round": float(acc.max()),
                      "diverged": diverged})
@@ -576,13 +574,13 @@ def local_table(records: Iterable[Any]) -> pd.DataFrame:
 
 
 def chosen_local(records: Iterable[Any]) -> Optional[dict[str, Any]]:
-    """The local computation of the search (:class:`ValidationRun` records) whose non-private runs end with the
+    """The local computation of the search (:class:`ValidationConfig` records) whose non-private runs end with the
     highest mean validation accuracy (the first of equals; a diverged run counts as -inf); None without search
     runs. Test data never enter."""
     scores: dict[tuple, list[float]] = {}
     for rec in records:
         c = rec.config
-        if isinstance(c, ValidationRun) and c.mechanism is None:
+        if isinstance(c, ValidationConfig) and c.mechanism is None:
             final = float(rec.history["accuracy"].iloc[-1])
             scores.setdefault(tuple(local_of(c).items()), []).append(-math.inf if math.isnan(final) else final)
     if not scores:
@@ -592,11 +590,11 @@ def chosen_local(records: Iterable[Any]) -> Optional[dict[str, Any]]:
 
 
 def chosen_settings(records: Iterable[Any]) -> dict[str, dict[str, Any]]:
-    """Per data set with search runs (:class:`ValidationRun` records) among ``records``: the local computation
+    """Per data set with search runs (:class:`ValidationConfig` records) among ``records``: the local computation
     :func:`chosen_local` picks from that data set's search, in the order the data sets first appear."""
     searched: dict[str, list[Any]] = {}
     for rec in records:
-        if isinstance(rec.config, ValidationRun):
+        if isinstance(rec.config, ValidationConfig):
             searched.setdefault(rec.config.dataset, []).append(rec)
     return {name: chosen_local(recs) for name, recs in searched.items()}
 
@@ -615,9 +613,9 @@ def search_summary(records: Iterable[Any]) -> pd.DataFrame:
     records = sorted(records, key=order)
     out = []
     for name, local in chosen_settings(records).items():
-        searched = [r for r in records if isinstance(r.config, ValidationRun) and r.config.dataset == name]
+        searched = [r for r in records if isinstance(r.config, ValidationConfig) and r.config.dataset == name]
         ref = searched[0].config
-        tested = [r for r in records if type(r.config) is not ValidationRun and r.config.dataset == name
+        tested = [r for r in records if type(r.config) is not ValidationConfig and r.config.dataset == name
                   and not getattr(r.config, "train_eval", False) and r.config.n_clients == ref.n_clients
                   and r.config.rounds == ref.rounds and local_of(r.config) == local]
         out.append(local_table(searched + tested).assign(data=name))
@@ -627,10 +625,10 @@ def search_summary(records: Iterable[Any]) -> pd.DataFrame:
     return t[["data"] + [c for c in t.columns if c != "data"]]
 
 
-def chosen_configs(base: FedAvgRun, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
+def chosen_configs(base: FedAvgConfig, local: Mapping[str, Any], *, seeds: Sequence[int], epsilon: float,
                    fixed: FixedRange, adaptive: GlobalModelRange, rule: str = "adaptive",
                    epsilons: Iterable[float] = (),
-                   table1_epsilons: Iterable[float] = ()) -> list[tuple[str, FedAvgRun]]:
+                   table1_epsilons: Iterable[float] = ()) -> list[tuple[str, FedAvgConfig]]:
     """The runs on test at the chosen local computation ``local`` (:func:`chosen_local`): non-private and ``epsilon``
     per weight per round with the range rule named ``rule`` ("fixed": ``fixed``, "adaptive": ``adaptive``), the ε
     grid there (every ε of ``epsilons`` with that rule: Fig. 5's "effect of ε", e.g. Fig. 5c on CIFAR-10 with the
@@ -719,7 +717,7 @@ def plot_curves(curves: Mapping[str, pd.DataFrame], *, reference: str):
     return fig
 
 
-def plot_sensitivity(sens: pd.DataFrame, panels: Sequence[tuple], *, base: FedAvgRun, paper: Optional[Reported] = None,
+def plot_sensitivity(sens: pd.DataFrame, panels: Sequence[tuple], *, base: FedAvgConfig, paper: Optional[Reported] = None,
                      epsilon: float = 1.0):
     """Final test accuracy (%) against the batch size or the local epochs (one panel per :func:`sensitivity_panels`
     entry, at most two per row), non-private dashed black, private red, mean ± std over seeds; ``paper``: the
@@ -757,7 +755,7 @@ def plot_sensitivity(sens: pd.DataFrame, panels: Sequence[tuple], *, base: FedAv
 
 
 def plot_search(search_runs: Sequence[Any], on_test: Sequence[Any], *, local: Optional[Mapping[str, Any]],
-                base: FedAvgRun, num_classes: int, validation: int):
+                base: FedAvgConfig, num_classes: int, validation: int):
     """The local-computation search: accuracy per round on validation and on test (one colour per local computation,
     line style per range rule) and, when the chosen setting has an ε grid, final test accuracy against ε there with
     the paper's points (training accuracy) as crosses; two panels per row."""

@@ -8,7 +8,7 @@ PM, times t.
 Generic parts: the transforms and their trainer (:mod:`ldptut.personal`), PM (:class:`ldptut.mechanisms.Piecewise`),
 the round engine (:mod:`ldptut.fl`). This module holds Algorithm 2 as a privatizer (:class:`LayerScaledPiecewise`)
 beside the LDP-correct alternative (a public bound), the paper's settings and numbers (Tables 1-2), the run kind
-(:class:`PdLdpflRun`), the claim checks' closed forms and the paper-vs-ours table.
+(:class:`PdLdpflConfig`), the claim checks' closed forms and the paper-vs-ours table.
 
 Units: ε is **per weight per round** (the paper's ε = 8); a client's report of d weights composes to d ε per round
 by basic composition (:func:`composed_epsilon`), and the scaled variant is not ε-LDP at all (its scale t is
@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from .._validate import epsilon as _epsilon, one_of
-from ..experiments import FedAvgRun
+from ..experiments import FedAvgConfig
 from ..fl import SCALINGS, FixedRange, LayerScaledPiecewise, RoundContext
 from ..mechanisms import Piecewise
 from ..params import ChapterParams, P, chapter_params, param
@@ -33,12 +33,12 @@ from ..training import OptimizerSpec
 from . import Paper, Reported, _num, finite_accuracy, interval_cell, mean_std, paired_cell, t_interval
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
-           "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflRun", "METHODS", "method_run",
-           "table1_run", "init_sweep", "fig8_runs", "configs", "VARIANTS", "variant_run", "without_noise",
+           "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflConfig", "METHODS", "method_config",
+           "table1_config", "init_sweep", "fig8_runs", "configs", "VARIANTS", "variant_config", "without_noise",
            "epsilon_sweep", "noise_cost", "sweep_table", "sweep_lead_text", "sweep_gain_text", "sweep_words",
            "plot_epsilon_sweep", "train_without_noise", "later_round_dlg",
            "LaterRoundDLG", "dlg_after_pm", "plot_dlg_after_pm", "table2_text", "dlg_after_pm_summary",
-           "Params", "PARAMETERS", "grid", "compare", "theorem1_check", "scale_leak_table", "clipped_table", "smooth_mlp",
+           "Params", "grid", "compare", "theorem1_check", "scale_leak_table", "clipped_table", "smooth_mlp",
            "dlg_at_start", "table1_frame", "table1_grid", "init_frame", "plot_init_sweep", "table2_frame", "plot_rounds",
            "fig8_frame", "plot_fig8", "PaperScale", "paper_scale"]
 
@@ -308,7 +308,7 @@ METHODS = {"fedavg": ("none", "none"), "privatefl": ("affine", "none"), "output_
 
 
 @dataclass(frozen=True, kw_only=True)
-class PdLdpflRun(FedAvgRun):
+class PdLdpflConfig(FedAvgConfig):
     """A FedAvg run whose clients keep personal transforms (:class:`ldptut.personal.PersonalizedLocalSGD`) and
     perturb the base with PM, ε per weight per round. ``scaling``: Algorithm 2's per-client scale ("max", the
     paper's; "max_abs"; ``range`` is then that of the scaled weights, FixedRange(0, 1)) or None: the public bound
@@ -391,38 +391,38 @@ class PdLdpflRun(FedAvgRun):
         return f"{self.method} ({noise}, {self.variant}), {self.n_clients} clients, seed {self.seed}"
 
 
-def method_run(method: str, *, base: PdLdpflRun) -> PdLdpflRun:
+def method_config(method: str, *, base: PdLdpflConfig) -> PdLdpflConfig:
     """``base`` with the transforms of ``method`` (:data:`METHODS`)."""
     t_in, t_out = METHODS[one_of(method, "method", list(METHODS))]
     return base.replace(input_transform=t_in, output_transform=t_out)
 
 
-def variant_run(variant: str, *, base: PdLdpflRun) -> PdLdpflRun:
+def variant_config(variant: str, *, base: PdLdpflConfig) -> PdLdpflConfig:
     """``base`` with the scale scope and the aggregator of ``variant`` (:data:`VARIANTS`)."""
     return base.replace(**VARIANTS[one_of(variant, "variant", list(VARIANTS))])
 
 
-def without_noise(run: PdLdpflRun) -> PdLdpflRun:
+def without_noise(run: PdLdpflConfig) -> PdLdpflConfig:
     """The control: ``run`` with no perturbation at all (the same data, transforms, seed and aggregation)."""
     return run.replace(mechanism=None, epsilon=None, range=None, scaling=None)
 
 
-def table2_run(dataset: str, n_clients: int, *, rounds: Optional[int] = None, n_train: Optional[int] = None,
+def table2_config(dataset: str, n_clients: int, *, rounds: Optional[int] = None, n_train: Optional[int] = None,
                seed: int = 0, scaling: Optional[str] = "max", public_bound: float = 0.1,
-               variant: str = "paper", n_test: Optional[int] = None) -> PdLdpflRun:
+               variant: str = "paper", n_test: Optional[int] = None) -> PdLdpflConfig:
     """PD-LDPFL at Table 2's settings (:data:`SETTINGS`), ``rounds`` / ``n_train`` overridable; ``scaling`` None
     uses the public bound [-public_bound, public_bound] instead of Algorithm 2's scale; ``variant``
     (:data:`VARIANTS`): the paper's whole-model t and weighted mean, or the authors' code's per-layer t and mean."""
     one_of(dataset, "dataset", SETTINGS["table2"]["datasets"])
-    return variant_run(variant, base=_table2_like(dataset, n_clients, rounds=rounds, n_train=n_train, seed=seed,
+    return variant_config(variant, base=_table2_like(dataset, n_clients, rounds=rounds, n_train=n_train, seed=seed,
                                                   scaling=scaling, public_bound=public_bound, n_test=n_test))
 
 
 def _table2_like(dataset: str, n_clients: int, *, rounds: Optional[int], n_train: Optional[int], seed: int,
-                 scaling: Optional[str], public_bound: float = 0.1, n_test: Optional[int] = None) -> PdLdpflRun:
+                 scaling: Optional[str], public_bound: float = 0.1, n_test: Optional[int] = None) -> PdLdpflConfig:
     """Table 2's run on any data set (the other experiments start from it and change what they change)."""
     s = SETTINGS["table2"]
-    return PdLdpflRun(paper="pd_ldpfl", dataset=dataset, model=s["model"], n_clients=n_clients,
+    return PdLdpflConfig(paper="pd_ldpfl", dataset=dataset, model=s["model"], n_clients=n_clients,
                       rounds=rounds or s["rounds"], seed=seed, partition="dirichlet", dirichlet_alpha=s["dirichlet_alpha"],
                       local_epochs=s["local_epochs"], batch_size=s["batch_size"], optimizer=s["optimizer"], lr=s["lr"],
                       mechanism="piecewise", epsilon=s["epsilon"], scaling=scaling,
@@ -430,22 +430,22 @@ def _table2_like(dataset: str, n_clients: int, *, rounds: Optional[int], n_train
                       n_test=n_test)
 
 
-def table1_run(*, n_clients: Optional[int] = None, rounds: Optional[int] = None, n_train: Optional[int] = None,
+def table1_config(*, n_clients: Optional[int] = None, rounds: Optional[int] = None, n_train: Optional[int] = None,
                seed: int = 0, input_transform: str = "affine", output_transform: str = "affine",
-               variant: str = "paper", n_test: Optional[int] = None) -> PdLdpflRun:
+               variant: str = "paper", n_test: Optional[int] = None) -> PdLdpflConfig:
     """Table 1's setting (Sec. 4.3.1, :data:`SETTINGS` "table1"): non-IID MNIST (Dirichlet 0.05), 10 clients, ε = 8
     per weight per round, lr 0.1, 50 rounds (``n_clients`` / ``rounds`` / ``n_train`` overridable), the rest as
     Table 2 (the authors' MLP, batch 64, one local epoch, Algorithm 2's scale)."""
     s1 = SETTINGS["table1"]
-    return table2_run(s1["dataset"], n_clients or s1["clients"], rounds=rounds or s1["rounds"], n_train=n_train,
+    return table2_config(s1["dataset"], n_clients or s1["clients"], rounds=rounds or s1["rounds"], n_train=n_train,
                       seed=seed, variant=variant, n_test=n_test).replace(dirichlet_alpha=s1["dirichlet_alpha"], lr=s1["lr"],
                                          input_transform=input_transform, output_transform=output_transform)
 
 
-def init_sweep(a_values: Sequence[float], b_values: Sequence[float], *, base: PdLdpflRun) -> list[tuple[str, PdLdpflRun]]:
+def init_sweep(a_values: Sequence[float], b_values: Sequence[float], *, base: PdLdpflConfig) -> list[tuple[str, PdLdpflConfig]]:
     """Fig. 6 (Sec. 4.3.2): PD-LDPFL (affine input and output transforms, both started at the same a and b) for
     every a in ``a_values`` (the paper: in [0, 2]) and b in ``b_values`` (in [-1, 1]), on ``base`` (the paper:
-    Table 1's setting, :func:`table1_run`), recording the extended models' accuracy too."""
+    Table 1's setting, :func:`table1_config`), recording the extended models' accuracy too."""
     return [("fig. 6", base.replace(input_transform="affine", output_transform="affine", a_init=float(a),
                                     b_init=float(b), eval_personal=True)) for a in a_values for b in b_values]
 
@@ -453,7 +453,7 @@ def init_sweep(a_values: Sequence[float], b_values: Sequence[float], *, base: Pd
 def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Sequence[str] = ("fedavg", "privatefl",
               "pd_ldpfl"), model: Optional[str] = None, n_clients: Optional[int] = None, rounds: Optional[int] = None,
               n_train: Optional[int] = None, seed: int = 0, variant: str = "paper",
-              n_test: Optional[int] = None) -> list[tuple[str, PdLdpflRun]]:
+              n_test: Optional[int] = None) -> list[tuple[str, PdLdpflConfig]]:
     """Fig. 8 (Sec. 5.3): every method at every Dirichlet α and ε (per weight per round) on CIFAR-10, the rest
     from :data:`SETTINGS` "fig8" (ResNet18, 10 clients, lr 0.05, 50 rounds; ``model`` etc. overridable), batch 64
     and one local epoch as Table 2, the aggregator of ``variant``. The scale is Algorithm 2's t = max(θ) over the
@@ -462,19 +462,19 @@ def fig8_runs(*, alphas: Sequence[float], epsilons: Sequence[float], methods: Se
     s = SETTINGS["fig8"]
     start = _table2_like(s["dataset"], n_clients or s["clients"], rounds=rounds or s["rounds"], n_train=n_train,
                          seed=seed, scaling="max", n_test=n_test).replace(model=model or s["model"], lr=s["lr"])
-    start = variant_run(variant, base=start).replace(scope="model")
-    return [("fig. 8", method_run(m, base=start.replace(dirichlet_alpha=float(alpha), epsilon=float(eps))))
+    start = variant_config(variant, base=start).replace(scope="model")
+    return [("fig. 8", method_config(m, base=start.replace(dirichlet_alpha=float(alpha), epsilon=float(eps))))
             for alpha in alphas for eps in epsilons for m in methods]
 
 
 def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Sequence[int] = (5, 10, 25, 50),
             methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"), seeds: Sequence[int] = (0,),
             variants: Sequence[str] = ("paper",), no_noise_clients: Sequence[int] = (),
-            **kw: Any) -> list[tuple[str, PdLdpflRun]]:
-    """Table 2's grid: every method, data set, number of clients, seed and variant (``kw`` to :func:`table2_run`),
+            **kw: Any) -> list[tuple[str, PdLdpflConfig]]:
+    """Table 2's grid: every method, data set, number of clients, seed and variant (``kw`` to :func:`table2_config`),
     with PM; for the numbers of clients in ``no_noise_clients``, each run's twin without noise too (experiment
     "table 2, no noise")."""
-    runs = [method_run(m, base=table2_run(ds, n, seed=s, variant=v, **kw))
+    runs = [method_config(m, base=table2_config(ds, n, seed=s, variant=v, **kw))
             for v in variants for ds in datasets for n in clients for m in methods for s in seeds]
     return [("table 2", r) for r in runs] + [("table 2, no noise", without_noise(r)) for r in runs
                                              if r.n_clients in no_noise_clients]
@@ -482,12 +482,12 @@ def configs(*, datasets: Sequence[str] = ("mnist", "fashion_mnist"), clients: Se
 
 def epsilon_sweep(dataset: str, n_clients: int, *, epsilons: Sequence[float], seeds: Sequence[int],
                   methods: Sequence[str] = ("fedavg", "privatefl", "pd_ldpfl"), variant: str = "paper",
-                  **kw: Any) -> list[tuple[str, PdLdpflRun]]:
+                  **kw: Any) -> list[tuple[str, PdLdpflConfig]]:
     """The control Table 2 lacks: every method at every ε (per weight per round) and without noise, over
-    ``seeds``, at Table 2's setting otherwise (``kw`` to :func:`table2_run`). Where PM costs accuracy is where the
+    ``seeds``, at Table 2's setting otherwise (``kw`` to :func:`table2_config`). Where PM costs accuracy is where the
     paper's claim (the decoupling absorbs LDP-induced heterogeneity) can show; at ε = 8 it does not (the no-noise
     runs reach the same accuracy)."""
-    base = [method_run(m, base=table2_run(dataset, n_clients, seed=s, variant=variant, **kw))
+    base = [method_config(m, base=table2_config(dataset, n_clients, seed=s, variant=variant, **kw))
             for m in methods for s in seeds]
     return ([("ε sweep", r.replace(epsilon=float(e))) for e in epsilons for r in base]
             + [("ε sweep", without_noise(r)) for r in base])
@@ -535,11 +535,9 @@ class Params(ChapterParams):
     paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/pd_ldpfl")
 
 
-#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
-PARAMETERS = Params.spec()
 
 
-def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
+def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflConfig]]:
     """The chapter's whole experiment grid from its parameters ``p`` (the notebook's parameter names, e.g. a
     parameter file over the defaults): "table 2" (every method at ``clients`` in each of ``table2_variants``, and
     PD-LDPFL with the public bound 0.1 at ``public_bound_clients``), "table 2, no noise" (with ``no_noise``: each
@@ -554,14 +552,14 @@ def grid(p: Mapping[str, Any]) -> list[tuple[str, PdLdpflRun]]:
     seeds, n_test = list(p["seeds"]), p["n_test"]
     out = configs(datasets=[p["dataset"]], clients=p["clients"], seeds=seeds, rounds=p["rounds"], n_train=p["n_train"],
                   variants=p["table2_variants"], no_noise_clients=p["no_noise_clients"], n_test=n_test)
-    out += [("table 2", method_run("pd_ldpfl", base=table2_run(p["dataset"], n, seed=s, rounds=p["rounds"],
+    out += [("table 2", method_config("pd_ldpfl", base=table2_config(p["dataset"], n, seed=s, rounds=p["rounds"],
                                                               n_train=p["n_train"], scaling=None, variant=p["variant"],
                                                               n_test=n_test)))
             for n in p["public_bound_clients"] for s in seeds]
     if p["sweep_clients"] is not None:
         out += epsilon_sweep(p["dataset"], p["sweep_clients"], epsilons=p["sweep_epsilons"], seeds=p["sweep_seeds"],
                              variant=p["variant"], rounds=p["sweep_rounds"], n_train=p["sweep_n_train"], n_test=n_test)
-    t1 = table1_run(n_clients=p["table1_clients"], rounds=p["table1_rounds"], n_train=p["table1_n_train"],
+    t1 = table1_config(n_clients=p["table1_clients"], rounds=p["table1_rounds"], n_train=p["table1_n_train"],
                     variant=p["variant"], n_test=n_test)
     fig6 = init_sweep(p["init_a"], p["init_b"], base=t1)
     shared = {(c.input_transform, c.output_transform, c.a_init, c.b_init): c for _, c in fig6}
@@ -589,7 +587,7 @@ def compare(runs: pd.DataFrame) -> pd.DataFrame:
         if len(sel):
             sel = sel[(sel["dataset"] == w["dataset"]) & (sel["n_clients"] == w["n_clients"])]
             sel = sel[sel["config"].map(lambda c: getattr(c, "method", None) == w["method"])]
-        def setting(c: PdLdpflRun) -> str:
+        def setting(c: PdLdpflConfig) -> str:
             return (f"{c.rounds} rounds, {c.n_train or 'all'} train images, "
                     + (f"Algorithm 2 scale ({c.scaling}), {c.variant}" if c.scaling else "public bound"))
 

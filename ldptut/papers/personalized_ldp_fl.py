@@ -15,7 +15,7 @@ and C (:class:`ProbabilitySelection`, keep the clients with P_i > ω, ω ~ U(0, 
 non-IID protocol the server takes the sign of the aggregate (:class:`SignOf`). All are
 :class:`ldptut.fl.Aggregator` callables.
 
-Every run of the paper's grid is a :class:`WuRun`; the runs of one experiment are trained together by the
+Every run of the paper's grid is a :class:`WuConfig`; the runs of one experiment are trained together by the
 round engine (:func:`ldptut.fl.simulate`: a (run, client) pair is one row of a stacked tensor), so a
 whole grid of privacy profiles, aggregations and seeds costs about as much as one run.
 
@@ -53,8 +53,8 @@ from . import Paper, Reported, mean_std, t_interval
 __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "paper_gaussian_sigma",
            "inverse_sigma_weights", "selection_probabilities", "WeightedBySigma", "ProbabilitySelection", "SignOf",
            "PersonalizedPerturbation", "Experiment", "load_experiment", "client_mechanisms", "grid_scenarios",
-           "reported", "WuRun", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
-           "paired_t_interval", "majority_rate", "no_skill_rates", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "Params", "PARAMETERS", "chapter_experiment", "grid",
+           "reported", "WuConfig", "configs", "run_experiment", "histories", "load_runs", "final_rounds",
+           "paired_t_interval", "majority_rate", "no_skill_rates", "compare", "OTHER_READING", "C_READINGS", "c_readings_table", "Params", "chapter_experiment", "grid",
            "MNIST_EXTENSION", "FEATURES", "model_size", "privacy_tables", "selection_table", "lemma_table",
            "blank_repeats", "accuracy_table", "plot_experiment", "sigma_readings_tables", "gains_text",
            "accuracy_range", "paper_scale_report", "covertype_check", "scenario_order", "privacy_shown",
@@ -62,7 +62,7 @@ __all__ = ["PAPER", "SETTINGS", "REPORTED", "EXPERIMENTS", "SIGMA_READINGS", "pa
            "noise_versus_no_noise"]
 
 PAPER = Paper(
-    key="wu2023",
+    key="personalized_ldp_fl",
     citation="X. Wu, L. Xu, L. Zhu. Local Differential Privacy-Based Federated Learning under Personalized "
              "Settings. Applied Sciences 13(7):4168, 2023.",
     chapter="book/personalized_ldp_fl",
@@ -221,35 +221,26 @@ def load_experiment(dataset: str, protocol: str, setting: Mapping[str, Any], *, 
     g = generator(data_seed, "wu", "covertype" if dataset == "covertype_raw" else dataset, protocol, "split")
     if dataset == "digits":
         x, y = _d.load_digits_raw()
-        x = x.reshape(len(x), -1) * 16.0
+        x = _d.flattened(x, 16.0)  # the loader's pixel / 16 back to the raw 0..16
         if n_test >= len(y):
             notes.append(f"the paper's test set of {n_test} exceeds the 1,797 digits; we use 300 (as in the IID runs)")
             n_test = 300
-        perm = torch.randperm(len(y), generator=g)
-        te, tr = perm[:n_test], perm[n_test:]
-        if train_size is not None:
-            tr = tr[:train_size]
+        tr, te = _d.split_indices(len(y), n_test, g, n_train=train_size)
         xtr, ytr, xte, yte, k = x[tr], y[tr], x[te], y[te], 10
     elif dataset in ("fashion_mnist", "mnist"):
-        ds = _d.load_dataset(dataset, normalize=False)
+        ds = _d.load_dataset(dataset, normalize=False)  # pixel / 255
         scale = 16.0 if dataset == "mnist" else 1.0
         n_tr = train_size or (int(s["n_clients"] * round(1 / s["delta"])) if protocol == "iid" else 4 * n_test)
-        tr = torch.randperm(len(ds.y_train), generator=g)[:n_tr]
-        te = torch.randperm(len(ds.y_test), generator=g)[:n_test]
-        xtr, ytr = ds.x_train[tr].reshape(len(tr), -1) * scale, ds.y_train[tr]
-        xte, yte = ds.x_test[te].reshape(len(te), -1) * scale, ds.y_test[te]
-        k = ds.num_classes
+        xtr, ytr = _d.subsample(ds.x_train, ds.y_train, n_tr, g)
+        xte, yte = _d.subsample(ds.x_test, ds.y_test, n_test, g)
+        xtr, xte, k = _d.flattened(xtr, scale), _d.flattened(xte, scale), ds.num_classes
     elif dataset in ("covertype", "covertype_raw"):
         ds = _d.load_dataset("covertype")
-        x, y = torch.cat([ds.x_train, ds.x_test]), torch.cat([ds.y_train, ds.y_test])
-        if dataset == "covertype_raw":  # undo the loader's standardisation of the 10 numeric columns
-            n_num = len(ds.info["num_mean"])
-            x = x.clone()
-            x[:, :n_num] = (x[:, :n_num].double() * torch.tensor(ds.info["num_std"], dtype=torch.float64)
-                            + torch.tensor(ds.info["num_mean"], dtype=torch.float64)).round().to(x.dtype)  # UCI: integers
+        x, y = _d.joined(ds)
+        if dataset == "covertype_raw":  # the 10 numeric columns in UCI's units (integers)
+            x = _d.unstandardised(x, ds.info)
         n_tr = train_size or int(s.get("train_size", 500_000))
-        perm = torch.randperm(len(y), generator=g)
-        te, tr = perm[:n_test], perm[n_test:n_test + n_tr]
+        tr, te = _d.split_indices(len(y), n_test, g, n_train=n_tr)
         xtr, ytr, xte, yte, k = x[tr], y[tr], x[te], y[te], ds.num_classes
     else:
         raise ValueError(f"unknown dataset {dataset!r} for Wu et al.; known: digits, fashion_mnist, covertype, "
@@ -292,7 +283,7 @@ def grid_scenarios(setting: Mapping[str, Any], *, aggregations: Sequence[str] = 
 
 # ------------------------------------------------------------------------------------- typed runs
 @dataclass(frozen=True, kw_only=True)
-class WuRun(RunConfig):
+class WuConfig(RunConfig):
     """One run of Wu et al.'s grid: an experiment (protocol, data set and its split), one privacy profile
     (``epsilons``: ε_i per client, None = no noise) and one aggregation (A, B or C).
 
@@ -302,6 +293,8 @@ class WuRun(RunConfig):
     (:func:`load_experiment`); ``local_passes`` and ``alpha`` the local per-sample SGD.
     """
 
+    #: The kind and ``paper`` name the paper by its citation key ("wu2023"), not by this module, which is named after
+    #: its chapter: both are in every stored record's key, so they stay what the stored runs say.
     kind: ClassVar[str] = "wu2023"
 
     protocol: str
@@ -384,7 +377,7 @@ class WuRun(RunConfig):
                                data_seed=self.data_seed)
 
     @classmethod
-    def train_group(cls, configs: Sequence["WuRun"], *, env: TrainingEnv) -> list[pd.DataFrame]:
+    def train_group(cls, configs: Sequence["WuConfig"], *, env: TrainingEnv) -> list[pd.DataFrame]:
         first = configs[0]
         exp = env.memo(("wu2023", first.group_key()), first.load_data)
         if (len(exp.y_train), len(exp.y_test)) != (first.n_train, first.n_test):
@@ -410,14 +403,14 @@ class WuRun(RunConfig):
 
 def configs(exp: "Experiment", seeds: Sequence[int], *, reading: str = "sqrt_all", on_empty: str = "keep",
             local_passes: int = 1, alpha: float = 1e-4, rounds: Optional[int] = None,
-            aggregations: Sequence[str] = AGGREGATIONS, c_reading: str = "sum/round") -> list[WuRun]:
+            aggregations: Sequence[str] = AGGREGATIONS, c_reading: str = "sum/round") -> list[WuConfig]:
     """The paper's grid for one experiment (:func:`grid_scenarios`), for every seed, as typed runs (C in the
     reading ``c_reading``)."""
     s = exp.setting
     out = []
     for seed in seeds:
         for scenario, label, eps, agg in grid_scenarios(s, aggregations=aggregations):
-            out.append(WuRun(
+            out.append(WuConfig(
                 paper="wu2023", dataset=exp.name, model="ovr_logreg", n_clients=int(s["n_clients"]),
                 rounds=int(rounds if rounds is not None else s["rounds"]), seed=seed, protocol=exp.protocol,
                 scenario=scenario, profile=label, epsilons=tuple(eps), aggregation=agg, delta=s["delta"],
@@ -430,7 +423,7 @@ def configs(exp: "Experiment", seeds: Sequence[int], *, reading: str = "sqrt_all
 
 
 def histories(records: Sequence[RunRecord]) -> pd.DataFrame:
-    """The per-round histories of Wu runs, with their labels (:meth:`WuRun.labels`), the run's n_train,
+    """The per-round histories of Wu runs, with their labels (:meth:`WuConfig.labels`), the run's n_train,
     n_test, rounds, local_passes, on_empty, and the record's commit, date, training seconds and ``code``:
     :func:`ldptut.provenance.numerics_flag` of its numerics version ("current", or "older code" for a run that the
     present code would re-train to other numbers). The labels are joined once to the concatenated histories (a
@@ -438,7 +431,7 @@ def histories(records: Sequence[RunRecord]) -> pd.DataFrame:
     frames, labels = [], []
     for rec in records:
         c = rec.config
-        if not isinstance(c, WuRun):
+        if not isinstance(c, WuConfig):
             raise ValueError(f"{rec.path or c} is not a Wu et al. run")
         prov = rec.provenance
         labels.append({**c.labels(), "n_train": c.n_train, "n_test": c.n_test, "rounds": c.rounds,
@@ -498,8 +491,6 @@ class Params(ChapterParams):
     paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/personalized_ldp_fl")
 
 
-#: Name -> check of every parameter (what the notebooks' check_parameters takes): :class:`Params`' fields.
-PARAMETERS = Params.spec()
 
 
 def chapter_experiment(key: str, p: Mapping[str, Any]) -> Experiment:
@@ -540,7 +531,7 @@ def c_readings_table(final: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows)
 
 
-def grid(p: Mapping[str, Any], *, loaded: Optional[dict] = None) -> list[tuple[str, WuRun]]:
+def grid(p: Mapping[str, Any], *, loaded: Optional[dict] = None) -> list[tuple[str, WuConfig]]:
     """The chapter's runs from its parameters ``p`` (the notebook's names, e.g. a parameter file over the defaults),
     as (experiment, run) pairs in the notebook's order: the paper's grid (:func:`configs`) for every experiment of
     ``experiments`` under ``sigma_reading`` (labelled with the experiment's key, "iid digits"); with "iid covertype",
@@ -550,7 +541,7 @@ def grid(p: Mapping[str, Any], *, loaded: Optional[dict] = None) -> list[tuple[s
     "iid digits (C max/round)", C runs only).
 
     A run's configuration holds its data split's sizes, so this loads each experiment's data (seconds;
-    :func:`chapter_experiment`); training needs only the configuration (:meth:`WuRun.train_group` reloads the
+    :func:`chapter_experiment`); training needs only the configuration (:meth:`WuConfig.train_group` reloads the
     data). The chapter and ``python -m ldptut.sweep personalized_ldp_fl`` both build their runs here. ``loaded``: a
     dict that keeps the loaded data by experiment key (filled here, reused when given again), so that the chapter
     loads each data set once."""
@@ -564,7 +555,7 @@ def grid(p: Mapping[str, Any], *, loaded: Optional[dict] = None) -> list[tuple[s
             loaded[key] = chapter_experiment(key, p)
         return loaded[key]
 
-    out: list[tuple[str, WuRun]] = []
+    out: list[tuple[str, WuConfig]] = []
     for key in p["experiments"]:
         out += [(key, c) for c in configs(data(key), seeds, reading=p["sigma_reading"], **opts)]
     if "iid covertype" in p["experiments"]:  # no noise: the reading changes nothing but the key; the default's
