@@ -60,6 +60,8 @@ test-slow: data $(STAMP)
 #   -> book/runs/<CHAPTER>[-<RUN>]-paper.ipynb   (RUN names a variant, e.g. a dataset: RUN=fmnist)
 # LOAD_ONLY=1 re-renders the page from the stored runs and fails instead of training a missing one.
 # DEVICE=cuda (or cpu, auto) overrides the chapter's device (default auto: CUDA when present).
+# The kernel gets TORCH_THREADS torch threads and passive waiting, as make book and make test (the committed outputs
+# were computed with 2 threads; some last digits depend on it).
 # CHAPTER and the parameter file are checked before anything else runs; the page is written to a temporary file and
 # replaces the committed page only when the whole execution succeeded (a failed run leaves the page as it was and
 # keeps its partial output as book/runs/.<name>-paper.failed.ipynb).
@@ -72,7 +74,7 @@ reproduce:
 	@test -f "book/params/$(RUN_NAME)-paper.yaml" || { echo "no parameter file book/params/$(RUN_NAME)-paper.yaml (CHAPTER=$(CHAPTER) RUN=$(RUN))"; exit 2; }
 	$(MAKE) --no-print-directory data
 	rm -f "$(PARTIAL)"
-	cd book && $(if $(LOAD_ONLY),LDPTUT_RUNS_LOAD_ONLY=1 )"$(abspath $(BIN))/papermill" "$(CHAPTER).ipynb" "runs/.$(RUN_NAME)-paper.partial.ipynb" \
+	cd book && $(THREAD_ENV) $(if $(LOAD_ONLY),LDPTUT_RUNS_LOAD_ONLY=1 )"$(abspath $(BIN))/papermill" "$(CHAPTER).ipynb" "runs/.$(RUN_NAME)-paper.partial.ipynb" \
 		-f "params/$(RUN_NAME)-paper.yaml" $(if $(DEVICE),-p device "$(DEVICE)" )-k python3 --cwd . --request-save-on-cell-execute \
 		|| { mv -f "runs/.$(RUN_NAME)-paper.partial.ipynb" "runs/.$(RUN_NAME)-paper.failed.ipynb" 2>/dev/null; \
 		     echo "make reproduce: the execution failed; $(PAGE) is unchanged (partial output: book/runs/.$(RUN_NAME)-paper.failed.ipynb)"; exit 1; }
