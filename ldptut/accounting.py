@@ -187,8 +187,9 @@ class ClientAccountant:
         self.unprotected = False
 
     def step(self, client_ids: Sequence[int], guarantees: Optional[Sequence[Optional[Guarantee]]]) -> Optional[Guarantee]:
-        """Account one round: client ``client_ids[i]`` released ``guarantees[i]`` per coordinate (None: the round's
-        release states no guarantee). Returns the largest per-model guarantee of a client in this round (None when
+        """Account one round: client ``client_ids[i]`` released ``guarantees[i]`` per coordinate, or for its whole
+        model when the guarantee's unit says so (e.g. FedSel's one selected coordinate; not composed over d again;
+        None: the round's release states no guarantee). Returns the largest per-model guarantee of a client in this round (None when
         not stated)."""
         ids = client_ids.tolist() if isinstance(client_ids, Tensor) else [int(c) for c in client_ids]
         if guarantees is None or any(g is None for g in guarantees):
@@ -199,8 +200,8 @@ class ClientAccountant:
         worst = None
         per_model: dict[Guarantee, Guarantee] = {}
         for cid, g in zip(ids, guarantees):
-            if g not in per_model:
-                per_model[g] = g.compose(d=self.d)
+            if g not in per_model:  # a per-coordinate guarantee covers one of the d reports; a per-model one all
+                per_model[g] = g if g.unit.whole_model else g.compose(d=self.d)
             this_round = per_model[g]
             self.totals[cid] = this_round if cid not in self.totals else self.totals[cid] + this_round
             if worst is None or this_round.epsilon > worst.epsilon:

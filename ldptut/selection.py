@@ -11,7 +11,7 @@ Ranks: z_j in {1, ..., d}, ascending in |v_j| (the largest |v_j| has rank d), ti
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -51,11 +51,25 @@ def top_k_status(v: Tensor, k: int) -> Tensor:
 def _uniform_pick(mask: Tensor, generator: Optional[torch.Generator]) -> Tensor:
     """One index per row, uniform over the row's True entries (EMPTY where a row has none): one uniform u
     per row, the r-th True entry with r = floor(u * count) (uniform up to the 2^-24 grid of float32 u)."""
+    return _pick(mask, torch.rand(mask.shape[:-1] + (1,), generator=generator, device=mask.device))
+
+
+def _pick(mask: Tensor, u: Tensor) -> Tensor:
+    """:func:`_uniform_pick` with its uniforms given (u: one float32 per row, shape mask.shape[:-1] + (1,))."""
     count = mask.sum(-1, keepdim=True)
-    u = torch.rand(count.shape, generator=generator, device=mask.device)
     r = torch.minimum((u * count).long(), (count - 1).clamp(min=0))
     j = torch.searchsorted(mask.cumsum(-1), r + 1).squeeze(-1)   # first position with r + 1 True entries
     return torch.where(count.squeeze(-1) > 0, j.clamp(max=mask.shape[-1] - 1), torch.full_like(j, EMPTY))
+
+
+def _row_uniforms(generators: Sequence[torch.Generator], rows: int, dtype: torch.dtype, device: torch.device,
+                  draws: int = 1) -> Tensor:
+    """(rows, draws) uniforms, row i's from ``generators[i]``, drawn one at a time as a one-row :meth:`select` draws
+    them (so a row's index does not depend on the other rows)."""
+    if len(generators) != rows:
+        raise ValueError(f"need one generator per row: {len(generators)} generators for {rows} rows")
+    return torch.cat([torch.cat([torch.rand((1, 1), generator=g, dtype=dtype, device=device) for _ in range(draws)], 1)
+                      for g in generators])
 
 
 def _check_v(v: Tensor, k: int = 1) -> int:
@@ -85,6 +99,13 @@ class ExponentialSelection:
         """One index per row (int64), by the inverse CDF of one uniform per row."""
         cdf = self.output_distribution(v).cumsum(-1)
         u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, dtype=torch.float64, device=v.device)
+        return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).clamp_(max=v.shape[-1] - 1).squeeze(-1)
+
+    def select_rows(self, v: Tensor, generators: Sequence[torch.Generator]) -> Tensor:
+        """:meth:`select` of row i with ``generators[i]`` (the same draw, so the same index), vectorised over the
+        rows: each generator gives its row's uniform, one inverse-CDF step for all."""
+        cdf = self.output_distribution(v).cumsum(-1)
+        u = _row_uniforms(generators, v.shape[0], torch.float64, v.device)
         return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).clamp_(max=v.shape[-1] - 1).squeeze(-1)
 
     def privacy_loss(self, d: int) -> float:
@@ -174,6 +195,15 @@ class PerturbedSampling:
         z = top_k_status(v, self.k)
         in_top = torch.rand(z.shape[:-1] + (1,), generator=generator, device=v.device) < self.p_top(d)
         return _uniform_pick(z == in_top, generator)
+
+    def select_rows(self, v: Tensor, generators: Sequence[torch.Generator]) -> Tensor:
+        """:meth:`select` of row i with ``generators[i]`` (the same two draws, so the same index), vectorised over
+        the rows."""
+        d = _check_v(v, self.k)
+        z = top_k_status(v, self.k)
+        u = _row_uniforms(generators, v.shape[0], torch.float32, v.device, draws=2)
+        in_top = u[:, :1] < self.p_top(d)
+        return _pick(z == in_top, u[:, 1:])
 
     def privacy_loss(self, d: int) -> float:
         """Exact: ln (p / k) / ((1 - p) / (d - k)) = eps1."""

@@ -99,3 +99,19 @@ def test_top_k_status_without_a_sort_equals_the_ranks_rule_on_ties():
         v = torch.randint(-3, 4, (400, d), generator=g).double()   # few distinct values: ties everywhere
         assert torch.equal(top_k_status(v, k), ranks(v) > d - k)
         assert bool((top_k_status(v, k).sum(-1) == k).all())
+
+
+@pytest.mark.parametrize("make", [lambda: ExponentialSelection(epsilon=1.5), lambda: PerturbedSampling(epsilon=1.5, k=3)])
+def test_select_rows_is_select_row_by_row(make):
+    """select_rows(v, generators): row i's index is what select(v[i], generators[i]) draws, bit for bit, whatever the
+    other rows; a generator per row is required."""
+    from ldptut.rng import client_generator
+
+    sel = make()
+    v = torch.randn(300, 12, generator=torch.Generator().manual_seed(4))
+    rows = sel.select_rows(v, [client_generator(0, 1, i, "s") for i in range(300)])
+    one_by_one = torch.cat([sel.select(v[i:i + 1], client_generator(0, 1, i, "s")) for i in range(300)])
+    assert torch.equal(rows, one_by_one)
+    assert torch.equal(sel.select_rows(v[7:9], [client_generator(0, 1, i, "s") for i in (7, 8)]), rows[7:9])
+    with pytest.raises(ValueError, match="one generator per row"):
+        sel.select_rows(v, [client_generator(0, 1, 0, "s")])

@@ -12,6 +12,7 @@ One room per idea (the public names are all importable from ``ldptut.fl``):
 * :mod:`.ranges` -- the weight-range rules (fixed, adaptive from the global model, fixed from the initial model);
 * :mod:`.privatizers` -- per-coordinate mechanisms within a range, clipping alone, correlated pairs, a recorder, one
   mechanism per client, Piecewise on weights scaled by the client's maximum;
+* :mod:`.selected` -- FedSel's two-stage report (one privately selected coordinate, its value perturbed);
 * :mod:`.aggregators` -- the server's rules: mean, weighted mean, weighting by 1/σ, probability-based selection, sign,
   smoothing;
 * :mod:`.checks` -- the engine's input checks and its checks of what privatizers and aggregators return.
@@ -29,6 +30,7 @@ from .layout import ParamLayout, load_vector
 from .privatizers import (SCALINGS, ClipToRange, LayerScaledPiecewise, LocalPerturbation, PairedPerturbation,
                           PersonalizedPerturbation, RecordPayloads)
 from .ranges import RANGE_RULES, FixedRange, GlobalModelRange, InitialModelRange
+from .selected import SELECTORS, SelectThenPerturb
 from .spec import FLConfig, FLResult, Run
 
 __all__ = [
@@ -37,5 +39,5 @@ __all__ = [
     "weighted_mean_aggregator", "AGGREGATORS", "make_aggregator", "sample_clients", "evaluate", "load_vector", "Run",
     "FLConfig", "FLResult", "simulate", "start", "next_round", "finish", "SimulationState", "run_fedavg", "train_centralised", "HUGE_LOSS", "WeightedBySigma",
     "ProbabilitySelection", "SignOf", "SmoothedMean", "inverse_sigma_weights", "selection_probabilities", "ON_EMPTY",
-    "C_READINGS", "PersonalizedPerturbation", "LayerScaledPiecewise", "SCALINGS",
+    "C_READINGS", "PersonalizedPerturbation", "LayerScaledPiecewise", "SCALINGS", "SelectThenPerturb", "SELECTORS",
 ]
