@@ -22,7 +22,7 @@ import torch
 from . import data as _data
 from . import models as _models
 from . import partition as _partition
-from ._validate import one_of
+from ._validate import boolean, one_of
 from .fl import (ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, InitialModelRange, LocalPerturbation,
                  Run, simulate)
 from .mechanisms import MECHANISMS
@@ -88,8 +88,7 @@ class FedAvgConfig(RunConfig):
         one_of(self.partition, "partition", ("iid", "dirichlet"))
         if (self.partition == "dirichlet") != (self.dirichlet_alpha is not None):
             raise ValueError("dirichlet_alpha is needed exactly when partition='dirichlet'")
-        if not isinstance(self.train_eval, bool):
-            raise ValueError(f"train_eval must be True or False, got {self.train_eval!r}")
+        boolean(self.train_eval, "train_eval")
         if self.mechanism == CLIP_ONLY:
             if self.range is None or self.epsilon is not None:
                 raise ValueError(f"mechanism={CLIP_ONLY!r} (clipping, no noise) needs a range and no epsilon")

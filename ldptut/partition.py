@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
+from ._validate import integer
 from .rng import generator
 
 __all__ = ["iid", "dirichlet", "k_classes", "label_counts", "plot_label_counts"]
@@ -40,11 +41,7 @@ def _as_labels(labels: LabelsLike, name: str = "labels") -> torch.Tensor:
 
 
 def _check_n_clients(n_clients: int, n_samples: int) -> int:
-    if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)):
-        raise ValueError(f"n_clients must be an integer, got {n_clients!r}")
-    n_clients = int(n_clients)
-    if n_clients < 1:
-        raise ValueError(f"n_clients must be >= 1, got {n_clients}")
+    n_clients = integer(n_clients, "n_clients", minimum=1)
     if n_clients > n_samples:
         raise ValueError(f"n_clients={n_clients} is larger than the number of samples ({n_samples})")
     return n_clients
@@ -60,8 +57,7 @@ def _num_classes(labels: torch.Tensor, num_classes: Optional[int]) -> int:
             "empty; remap them first, e.g. labels = torch.unique(labels, return_inverse=True)[1]")
     if num_classes is None:
         return present
-    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
-        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    integer(num_classes, "num_classes", minimum=1)
     if present > num_classes:
         raise ValueError(f"num_classes={num_classes} but labels contain class {present - 1}")
     return int(num_classes)
@@ -154,12 +150,10 @@ def dirichlet(labels: LabelsLike, n_clients: int, *, alpha: float, seed: int, mi
         raise ValueError(f"alpha must be a positive number, got {alpha!r}") from None
     if not math.isfinite(alpha_f) or alpha_f <= 0:
         raise ValueError(f"alpha must be a positive finite number, got {alpha!r}")
-    if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 0:
-        raise ValueError(f"min_size must be a non-negative integer, got {min_size!r}")
+    min_size = integer(min_size, "min_size", minimum=0)
     if min_size * n_clients > n:
         raise ValueError(f"min_size={min_size} is impossible: {n_clients} clients x {min_size} > {n} samples")
-    if isinstance(max_tries, bool) or not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
-        raise ValueError(f"max_tries must be a positive integer, got {max_tries!r}")
+    max_tries = integer(max_tries, "max_tries", minimum=1)
     C = _num_classes(y, num_classes)
 
     g = generator(seed, "partition", "dirichlet")

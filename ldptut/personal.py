@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validate import one_of, pos_int, real
+from ._validate import boolean, one_of, pos_int, real
 from .rng import client_generator
 from .training import OptimizerSpec, TrainingSession, batch_schedule
 
@@ -92,8 +92,7 @@ class PersonalizedLocalSGD:
     eval_personal: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.eval_personal, bool):
-            raise TypeError(f"eval_personal must be True or False, got {self.eval_personal!r}")
+        boolean(self.eval_personal, "eval_personal")
         pos_int(self.local_epochs, "local_epochs")
         pos_int(self.batch_size, "batch_size")
         one_of(self.input_transform, "input_transform", TRANSFORMS)

@@ -207,7 +207,7 @@ def test_personal_accuracy_is_each_trained_clients_extended_model_on_the_test_se
                                       y_test=y)["personal_accuracy"])
     with pytest.raises(ValueError, match="eval_personal needs"):
         session.metrics(0)
-    with pytest.raises(TypeError, match="eval_personal"):
+    with pytest.raises(ValueError, match="eval_personal must be True or False"):
         PersonalizedLocalSGD(eval_personal="yes")
     h = _simulate(trainer).history   # through the engine: one value per round, in [0, 1]
     assert h["personal_accuracy"].between(0, 1).all() and len(h) == 2

@@ -145,3 +145,28 @@ def test_what_each_caller_adds_stays_with_it():
         check_parameters({"seeds": "[1, 2]"}, {"seeds": P.nonneg_int})
     with pytest.raises(ValueError, match=r"C.n: 2.5 fits none of .*C.n must be an integer, got 2.5"):
         _normalise(2.5, int | None, "C.n")
+
+
+def test_the_other_callers_use_the_shared_wording():
+    """The partitions' integers, the engine's and the configurations' flags, the personal trainer's flag and a
+    mechanism's scalar range parameters say what the shared rules say (they had copies of their own)."""
+    import torch
+
+    from ldptut import fl, partition
+    from ldptut.mechanisms import TwoPoint
+    from ldptut.personal import PersonalizedLocalSGD
+
+    with pytest.raises(ValueError, match=r"n_clients must be an integer >= 1, got 0 \(int\)"):
+        partition.iid(10, 0, seed=0)
+    with pytest.raises(ValueError, match=r"n_clients must be an integer >= 1, got 2.0 \(float\)"):
+        partition.iid(10, 2.0, seed=0)
+    with pytest.raises(ValueError, match=r"max_tries must be an integer >= 1"):
+        partition.dirichlet(torch.arange(20) % 2, 2, alpha=1.0, seed=0, max_tries=0)
+    with pytest.raises(ValueError, match=r"train_eval must be True or False, got 1 \(int\)"):
+        fl.FLConfig(rounds=1, train_eval=1)
+    with pytest.raises(ValueError, match=r"eval_personal must be True or False, got 'yes' \(str\)"):
+        PersonalizedLocalSGD(eval_personal="yes")
+    with pytest.raises(ValueError, match=r"radius must be a finite real number > 0, got nan \(float\)"):
+        TwoPoint(epsilon=1.0, radius=float("nan"))
+    with pytest.raises(ValueError, match=r"center must be a finite real number, got True \(bool\)"):
+        TwoPoint(epsilon=1.0, center=True)

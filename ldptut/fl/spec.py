@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .._validate import fraction, one_of, pos_int, real
+from .._validate import boolean, fraction, one_of, pos_int, real
 from ..accounting import Guarantee
 from ..training import LocalSGD, Trainer
 from .layout import ParamLayout
@@ -66,8 +66,7 @@ class FLConfig:
 
     def __post_init__(self) -> None:
         pos_int(self.rounds, "rounds")
-        if not isinstance(self.train_eval, bool):
-            raise ValueError(f"train_eval must be True or False, got {self.train_eval!r}")
+        boolean(self.train_eval, "train_eval")
         pos_int(self.train_eval_every, "train_eval_every")
         fraction(self.client_fraction, "client_fraction")
         one_of(self.send, "send", ("weights", "updates"))

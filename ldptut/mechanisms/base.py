@@ -4,7 +4,6 @@ checks the mechanisms share.
 """
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -38,11 +37,7 @@ def _as_param(value: Any, name: str, *, positive: bool) -> Param:
             if bool(bad.any()):
                 raise ValueError(f"{name} must be {cond} (elementwise), got {t[bad][0].item()} among its elements")
             return t
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number or tensor, got {value!r} of type {type(value).__name__}")
-    if not math.isfinite(value) or (positive and value <= 0):
-        raise ValueError(f"{name} must be {cond}, got {value}")
-    return float(value)
+    return real(value, name, positive=positive, tensor=False)  # a scalar: the package's one rule for a finite real
 
 
 def _check_tensor(x: Any, name: str = "x") -> Tensor:
