@@ -1,10 +1,11 @@
 """A chapter's parameters: the validators (:class:`P`), the check of a notebook's namespace
 (:func:`check_parameters`), and :class:`ChapterParams`, the base of each paper module's frozen ``Params`` dataclass.
 
-:func:`check_parameters` runs in the cell right after a chapter's ``parameters`` cell: it checks the type and range of
-every parameter (papermill's ``-p`` passes strings where a list was meant) and rejects names the chapter does not have
-(a misspelt ``-p round 1`` would otherwise run the whole chapter with the default ``rounds`` and fail at the end,
-because ``round`` hides the builtin). A paper module's ``Params`` (fields declared with :func:`param`: a validator of
+:func:`check_parameters` runs, through the chapter's ``Params.of`` in :func:`ldptut.notebooks.setup`, in the cell
+right after a chapter's ``parameters`` cell: it checks the type and range of every parameter (papermill's ``-p``
+passes strings where a list was meant) and rejects names the chapter does not have (a misspelt ``-p round 1`` would
+otherwise run the whole chapter with the default ``rounds`` and fail at the end, because ``round`` hides the
+builtin). A paper module's ``Params`` (fields declared with :func:`param`: a validator of
 :class:`P` and the default of the chapter's parameters cell) checks itself when built, and is what ``grid``,
 ``followup`` and the sweep take: ``Params.of(mapping)`` from a notebook's names or a parameter file over the defaults.
 """

@@ -711,7 +711,7 @@ def fixed_range_runs(base: CorbinConfig, *, seeds: Sequence[int], epsilons: Iter
             for e in epsilons for m in ("ldp_fl", "coq_fl") for s in seeds]
 
 
-#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.setup` checks them; the notebook's parameters
 #: cell holds the defaults, ``book/params/corbin*-paper.yaml`` the paper-scale values).
 @chapter_params
 class Params(ChapterParams):

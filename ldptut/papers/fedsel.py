@@ -391,7 +391,7 @@ FIG2_PAIRS = [("PS-PM", "PM"), ("EXP-PM", "PM"), ("PE-PM", "PM"), ("PS-PM", "U-P
 GRID_PARTS = ("table 3", "tuning", "fig 2", "fig 2 tuning", "convergence", "convergence tuning", "fig 3a", "fig 3b",
               "d sweep")
 
-#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.setup` checks them; the notebook's parameters
 #: cell holds the defaults, ``book/params/fedsel-paper.yaml`` the paper-scale values); :func:`check_settings` adds
 #: the checks a type cannot say.
 @chapter_params

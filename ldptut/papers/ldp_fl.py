@@ -255,7 +255,7 @@ def configs(base: FedAvgConfig, *, seeds: Sequence[int], fixed: FixedRange, adap
     return [(e, c) for e, c in out if parts is None or e in parts]
 
 
-#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.setup` checks them; the notebook's parameters
 #: cell holds the defaults, ``book/params/ldp_fl-*-paper.yaml`` the paper-scale values).
 @chapter_params
 class Params(ChapterParams):

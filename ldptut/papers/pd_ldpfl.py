@@ -493,7 +493,7 @@ def epsilon_sweep(dataset: str, n_clients: int, *, epsilons: Sequence[float], se
             + [("ε sweep", without_noise(r)) for r in base])
 
 
-#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.setup` checks them; the notebook's parameters
 #: cell holds the defaults, ``book/params/pd_ldpfl*-paper.yaml`` the paper-scale values).
 @chapter_params
 class Params(ChapterParams):

@@ -464,7 +464,7 @@ _EXPERIMENT_KEYS = ("iid digits", "iid fashion_mnist", "iid covertype", "noniid 
 #: settings (10 clients, 9,600 training images: the most expensive grid after Covertype's).
 MNIST_EXTENSION = ("iid mnist", "noniid mnist")
 
-#: The chapter's parameters and their checks (:func:`ldptut.notebooks.check_parameters`; the notebook's parameters
+#: The chapter's parameters and their checks (:func:`ldptut.notebooks.setup` checks them; the notebook's parameters
 #: cell holds the defaults, ``book/params/personalized_ldp_fl-paper.yaml`` the paper-scale values).
 @chapter_params
 class Params(ChapterParams):
