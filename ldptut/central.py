@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from ._validate import real
+from ._validate import pos_int, real
 from .accounting import gaussian_epsilon
 from .fl.context import RoundContext
 
@@ -87,10 +87,7 @@ class NoisyMean:
 def central_mu(*, noise_multiplier: float, rounds: int) -> float:
     """μ of T rounds of DP-FedAvg at noise multiplier z, per client over the training: √T / z (each round 1/z-GDP,
     composed exactly: Dong, Roth, Su 2022, Corollary 3.3)."""
-    z = real(noise_multiplier, "noise_multiplier", positive=True)
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-    return math.sqrt(rounds) / z
+    return math.sqrt(pos_int(rounds, "rounds")) / real(noise_multiplier, "noise_multiplier", positive=True)
 
 
 def central_epsilon(*, noise_multiplier: float, rounds: int, delta: float) -> float:

@@ -297,6 +297,7 @@ def test_the_client_accountants_basic_composition_bounds_the_pld_of_its_laplace_
     from dp_accounting.pld import pld_privacy_accountant
 
     from ldptut.accounting import ClientAccountant
+    from ldptut.scales import advanced_composition
     from ldptut.mechanisms import Laplace
 
     g = Laplace(epsilon=epsilon, center=0.0, radius=1.0).guarantee
@@ -309,6 +310,6 @@ def test_the_client_accountants_basic_composition_bounds_the_pld_of_its_laplace_
                                                value_discretization_interval=1e-4)
     pld.compose(dp_accounting.LaplaceDpEvent(noise_multiplier=1.0 / epsilon), k)
     theirs = pld.get_epsilon(delta)
-    advanced = math.sqrt(2 * k * math.log(1 / delta)) * epsilon + k * epsilon * math.expm1(epsilon)
+    advanced = advanced_composition(epsilon, k, delta)
     assert theirs < ours and theirs <= advanced
     assert (advanced < ours) == (epsilon == 0.1)   # the two settings: advanced composition wins only at small ε
