@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -22,11 +23,12 @@ import torch
 from . import data as _data
 from . import models as _models
 from . import partition as _partition
-from ._validate import boolean, one_of
+from ._validate import boolean, one_of, pos_int
 from .fl import (ClipToRange, FixedRange, FLConfig, FLResult, GlobalModelRange, InitialModelRange, LocalPerturbation,
                  Run, simulate)
 from .mechanisms import MECHANISMS
 from .provenance import numerics_flag, run_mechanisms
+from .rng import generator
 from .provenance import provenance as _provenance
 from .runcache import RunCache, RunCacheError, RunRecord, records_table
 from .runconfig import RunConfig, TrainingEnv, config_value, group_indices
@@ -43,6 +45,10 @@ for _name, _rule in (("fixed", FixedRange), ("adaptive", GlobalModelRange), ("in
 #: paper-scale page from stored runs can never start hours of training (``make reproduce LOAD_ONLY=1`` sets it).
 LOAD_ONLY_ENV = "LDPTUT_RUNS_LOAD_ONLY"
 
+#: The keys of the fixed shuffles :meth:`FedAvgConfig.data` cuts subsets from (seed 0). Named after the chapter that
+#: introduced them (CoQ-FL); kept so that its stored runs keep their data.
+TRAIN_SHUFFLE, TEST_SHUFFLE = "corbin-train-shuffle", "corbin-test-shuffle"
+
 #: ``FedAvgConfig.mechanism`` of the clipping-only ablation (clip to the range, no noise; not private).
 CLIP_ONLY = "clip"
 
@@ -58,6 +64,9 @@ class FedAvgConfig(RunConfig):
     record training accuracy every ``train_eval_every`` rounds and at the last (:class:`~ldptut.fl.FLConfig`; both
     left out of the cache key at their defaults). ``partition``: "iid" (equal shards) or "dirichlet" (label skew with
     ``dirichlet_alpha``). Local training: ``local_epochs`` passes at ``batch_size`` with ``optimizer``.
+    ``n_train`` / ``n_test``: use the first n of a fixed shuffle of the training / test set (None: all); ``validation``:
+    hold out this many training examples (the last of the same shuffle) and evaluate on them instead of the test set
+    (for tuning, never on test). All three are left out of the cache key at their default (None).
     """
 
     kind: ClassVar[str] = "fedavg"
@@ -82,10 +91,16 @@ class FedAvgConfig(RunConfig):
     range: Optional[FixedRange | GlobalModelRange | InitialModelRange] = None
     train_eval: bool = False
     train_eval_every: int = 1
+    n_train: Optional[int] = None
+    n_test: Optional[int] = None
+    validation: Optional[int] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self.partition, "partition", ("iid", "dirichlet"))
+        for name in ("n_train", "n_test", "validation"):
+            if getattr(self, name) is not None:
+                pos_int(getattr(self, name), name)
         if (self.partition == "dirichlet") != (self.dirichlet_alpha is not None):
             raise ValueError("dirichlet_alpha is needed exactly when partition='dirichlet'")
         boolean(self.train_eval, "train_eval")
@@ -122,10 +137,31 @@ class FedAvgConfig(RunConfig):
         return self.aggregator
 
     def data(self, ds: _data.Dataset) -> _data.Dataset:
-        """The data this run trains and evaluates on: ``ds`` itself (kinds may cut it, e.g. to a subset)."""
+        """The data this run trains and evaluates on: ``ds`` cut to this run's sizes (``n_train``, ``n_test``,
+        ``validation``; a fixed shuffle of seed 0, the same for every run), the validation split as its test set;
+        ``ds`` itself when all three are None."""
         if ds.name != self.dataset:
             raise ValueError(f"this run is on {self.dataset!r}, got the data set {ds.name!r}")
-        return ds
+        if self.n_train is None and self.n_test is None and self.validation is None:
+            return ds
+        n_tr = ds.x_train.shape[0]
+        perm = torch.randperm(n_tr, generator=generator(0, TRAIN_SHUFFLE)).to(ds.x_train.device)
+        hold = self.validation or 0
+        need = (self.n_train or n_tr - hold) + hold
+        if need > n_tr:
+            raise ValueError(f"n_train + validation = {need} exceeds the {n_tr} training examples of {ds.name}")
+        train = perm[: need - hold]
+        if hold:
+            val = perm[n_tr - hold:]
+            x_te, y_te = ds.x_train[val], ds.y_train[val]
+        else:
+            x_te, y_te = ds.x_test, ds.y_test
+            if self.n_test is not None:
+                if self.n_test > x_te.shape[0]:
+                    raise ValueError(f"n_test = {self.n_test} exceeds the {x_te.shape[0]} test examples of {ds.name}")
+                pt = torch.randperm(x_te.shape[0], generator=generator(0, TEST_SHUFFLE))[: self.n_test]
+                x_te, y_te = x_te[pt.to(x_te.device)], y_te[pt.to(y_te.device)]
+        return dataclasses.replace(ds, x_train=ds.x_train[train], y_train=ds.y_train[train], x_test=x_te, y_test=y_te)
 
     def client_partition(self, labels: torch.Tensor, num_classes: Optional[int] = None) -> list[torch.Tensor]:
         if self.partition == "iid":

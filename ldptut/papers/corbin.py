@@ -14,7 +14,6 @@ Every ε here is **per weight per round**, as in the paper.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
@@ -25,7 +24,6 @@ import torch
 
 from .._validate import epsilon as _epsilon, fraction, pos_int, real
 from ..audits import exact_ldp_audit
-from ..data import Dataset
 from ..experiments import FedAvgConfig, diverged_note
 from ..fl import PairedPerturbation, SmoothedMean
 from ..mechanisms import CorrelatedTwoPoint, TwoPoint, two_point_a
@@ -530,9 +528,8 @@ class CorbinConfig(FedAvgConfig):
 
     ``correlated``: pair the clients at random each round (:class:`~ldptut.fl.PairedPerturbation` with
     ``num_rand`` shared bits of bias ``p_x``); ``smoothing``: the server's λ (None: the plain mean).
-    ``n_train`` / ``n_test``: use the first n of a fixed shuffle (seed 0) of the training / test set
-    (None: all). ``validation``: hold out this many training examples (the last of the same shuffle) and
-    evaluate on them instead of the test set (for tuning λ, never on test).
+    ``n_train`` / ``n_test`` / ``validation`` (:class:`~ldptut.experiments.FedAvgConfig`'s subsets): the chapter tunes λ
+    on the validation split, never on test.
     """
 
     kind: ClassVar[str] = "corbin"
@@ -541,9 +538,6 @@ class CorbinConfig(FedAvgConfig):
     num_rand: int = 5
     p_x: float = 0.5
     smoothing: Optional[float] = None
-    n_train: Optional[int] = None
-    n_test: Optional[int] = None
-    validation: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.correlated and self.mechanism != "two_point":  # before the parent builds the privatizer
@@ -551,9 +545,6 @@ class CorbinConfig(FedAvgConfig):
         super().__post_init__()
         if self.smoothing is not None:
             SmoothedMean(self.smoothing)
-        for name in ("n_train", "n_test", "validation"):
-            if getattr(self, name) is not None:
-                pos_int(getattr(self, name), name)
 
     @property
     def method(self) -> str:
@@ -567,30 +558,6 @@ class CorbinConfig(FedAvgConfig):
 
     def server_rule(self):
         return self.aggregator if self.smoothing is None else SmoothedMean(self.smoothing)
-
-    def data(self, ds: Dataset) -> Dataset:
-        """``ds`` cut to this run's sizes (a fixed shuffle of seed 0), the validation split as its test set."""
-        ds = super().data(ds)
-        if self.n_train is None and self.n_test is None and self.validation is None:
-            return ds
-        n_tr = ds.x_train.shape[0]
-        perm = torch.randperm(n_tr, generator=generator(0, "corbin-train-shuffle")).to(ds.x_train.device)
-        hold = self.validation or 0
-        need = (self.n_train or n_tr - hold) + hold
-        if need > n_tr:
-            raise ValueError(f"n_train + validation = {need} exceeds the {n_tr} training examples of {ds.name}")
-        train = perm[: need - hold]
-        if hold:
-            val = perm[n_tr - hold:]
-            x_te, y_te = ds.x_train[val], ds.y_train[val]
-        else:
-            x_te, y_te = ds.x_test, ds.y_test
-            if self.n_test is not None:
-                if self.n_test > x_te.shape[0]:
-                    raise ValueError(f"n_test = {self.n_test} exceeds the {x_te.shape[0]} test examples of {ds.name}")
-                pt = torch.randperm(x_te.shape[0], generator=generator(0, "corbin-test-shuffle"))[: self.n_test]
-                x_te, y_te = x_te[pt.to(x_te.device)], y_te[pt.to(y_te.device)]
-        return dataclasses.replace(ds, x_train=ds.x_train[train], y_train=ds.y_train[train], x_test=x_te, y_test=y_te)
 
     def label(self) -> str:
         """"FedAvg, seed 0", "LDP-FL ε=1, seed 0", "CoQ-FL ε=1, λ=0.5, seed 0"."""
