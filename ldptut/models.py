@@ -170,7 +170,9 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp_600_100_nobias": lambda **kw: MLP(hidden=(600, 100), bias=False, **kw),
     "cnn2": CNN2,
     "cnn_pool": CNNPool,
-    "cnn_fedavg": FedAvgCNN,  # McMahan et al. 2017's CNN (LDP-FL's "two-layer CNN", a second reading)
+    "cnn_fedavg": FedAvgCNN,
+    # CNNPool with 8 and 16 channels and 32 hidden units (26,698 weights on MNIST): the comparison chapter's small CNN
+    "cnn_small": lambda **kw: CNNPool(channels=(8, 16), hidden=32, **kw),  # McMahan et al. 2017's CNN (LDP-FL's "two-layer CNN", a second reading)
     "small_vgg": SmallVGG,
     "resnet18": resnet18_cifar,
     "resnet18_bn": lambda **kw: resnet18_cifar(norm="batch", **kw),

@@ -31,6 +31,8 @@ def advanced_composition(epsilon: float, k: int, delta_slack: float) -> float:
     """ε' of k ε-DP releases at slack δ' (Dwork, Rothblum, Vadhan 2010; Dwork and Roth 2014, Thm. 3.20):
     √(2 k ln(1/δ')) ε + k ε (e^ε - 1); the k releases are (ε', k δ + δ')-DP."""
     e, k, dl = _epsilon(epsilon), pos_int(k, "k"), _delta(delta_slack, "delta_slack")
+    if e > 700.0:  # e^ε overflows float64; the bound is then far above basic composition's k ε anyway
+        return math.inf
     return math.sqrt(2.0 * k * math.log(1.0 / dl)) * e + k * e * math.expm1(e)
 
 

@@ -17,6 +17,10 @@ def test_advanced_composition_by_hand():
                 dict(epsilon=1.0, k=1, delta_slack=1.0)):
         with pytest.raises(ValueError):
             advanced_composition(**bad)
+    # e^ε beyond float64 (a whole model's ε, e.g. FedSel's d ε_w): infinite, basic composition is kept
+    assert advanced_composition(2670.0, 10, 1e-5) == math.inf
+    s = privacy_scales(Guarantee(2670.0, unit=Unit(coordinates=26698, whole_model=True)), d=26698, rounds=10)
+    assert (s["over_training"], s["over_training_how"]) == (26700.0, "basic")
 
 
 def test_pure_guarantee_at_the_three_levels_by_hand():

@@ -61,7 +61,7 @@ class Reported:
 
 
 #: The paper modules, in the book's order.
-PAPERS = ("ldp_fl", "personalized_ldp_fl", "corbin", "fedsel", "pd_ldpfl")
+PAPERS = ("ldp_fl", "personalized_ldp_fl", "corbin", "fedsel", "pd_ldpfl", "comparison")
 
 
 def paper_modules() -> list[ModuleType]:

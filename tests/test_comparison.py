@@ -1,0 +1,152 @@
+"""The mechanism comparison: its configurations (every method through the round engine), the calibration of each method
+to the grid point's privacy, the privacy scale against hand computations, and the tables."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from ldptut.accounting import Guarantee
+from ldptut.central import central_epsilon
+from ldptut.fl import FixedRange, GlobalModelRange
+from ldptut.papers import comparison as C
+from ldptut.runconfig import config_from_dict
+from ldptut.scales import privacy_scales
+
+D_ADULT = 218   # logistic regression on Adult's 108 features, 2 classes: 108 * 2 + 2
+
+
+def test_the_models_have_the_stated_sizes():
+    assert C.dimension("adult") == D_ADULT
+    assert C.dimension("mnist") == 26_698
+
+
+@pytest.mark.parametrize("method", list(C.METHODS))
+def test_every_method_builds_its_own_configuration_and_round_trips(method):
+    base = C.base_config("adult", rounds=5)
+    c = C.method_config(method, base=base, task="adult", epsilon=1.0)
+    assert c.method == method
+    assert config_from_dict(c.to_dict()) == c   # the stored record rebuilds it
+    assert (c.scale_epsilon is None) == (method in C.CONTROLS)
+    if method in ("fedsel", "central", "clip_updates"):
+        assert c.send == "updates"
+
+
+def test_each_method_is_calibrated_to_the_grid_point():
+    base = C.base_config("adult", rounds=10)
+    e = 0.5
+    two = C.method_config("two_point", base=base, task="adult", epsilon=e)
+    assert (two.epsilon, two.range) == (e, FixedRange(0.0, C.SETTINGS["adult"]["radius"]))
+    assert isinstance(C.method_config("two_point_adaptive", base=base, task="adult", epsilon=e).range, GlobalModelRange)
+    gauss = C.method_config("gaussian", base=base, task="adult", epsilon=e, delta=1e-6)
+    assert (gauss.epsilon, gauss.delta) == (e, 1e-6)
+    # FedSel: d ε per model per round, μ of it for the selection
+    sel = C.method_config("fedsel", base=base, task="adult", epsilon=e, mu=0.2)
+    assert sel.epsilon_select == pytest.approx(0.2 * D_ADULT * e)
+    assert sel.epsilon_select + sel.epsilon == pytest.approx(D_ADULT * e)
+    # central: the per-weight mechanisms' over-training ε (advanced composition here: 2,180 releases at 0.5), replaced
+    cen = C.method_config("central", base=base, task="adult", epsilon=e)
+    target = privacy_scales(Guarantee(e), d=D_ADULT, rounds=10)["over_training"]
+    assert target < D_ADULT * 10 * e   # advanced composition is tighter than basic at this point
+    got = central_epsilon(noise_multiplier=cen.noise_multiplier, rounds=10, delta=1e-5, dimension=D_ADULT,
+                          neighbours="replace")
+    assert got <= target and got == pytest.approx(target, rel=1e-6)
+    assert cen.clip == C.SETTINGS["adult"]["clip"]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(report="both"), "report"),
+    (dict(mechanism="gaussian", epsilon=1.0, range=FixedRange(0, 1)), "delta"),
+    (dict(mechanism="laplace", epsilon=1.0, range=FixedRange(0, 1), delta=1e-5), "delta"),
+    (dict(mechanism="laplace", epsilon=1.0, range=FixedRange(0, 1), report="pairs"), "two-point"),
+    (dict(mechanism="piecewise", epsilon=1.0, range=FixedRange(0, 1), report="select", send="updates"), "epsilon_select"),
+    (dict(mechanism="piecewise", epsilon=1.0, range=FixedRange(0, 1), report="select", epsilon_select=0.1), "updates"),
+    (dict(report="central", send="updates", clip=1.0), "noise_multiplier"),
+    (dict(report="central", clip=1.0, noise_multiplier=1.0), "updates"),
+    (dict(scale_epsilon=-1.0), "scale_epsilon"),
+])
+def test_bad_configurations_name_what_is_wrong(bad, match):
+    base = C.base_config("adult", rounds=2)
+    with pytest.raises(ValueError, match=match):
+        base.replace(**bad)
+
+
+def test_the_grid_has_every_method_at_every_point_and_the_controls_once_per_seed():
+    p = C.Params(tasks=["adult"], partitions=["iid", "dirichlet"], epsilons=[0.1, 1.0], seeds=[0, 1, 2])
+    g = C.grid(p)
+    private = len(C.METHODS) - len(C.CONTROLS)
+    assert len(g) == 2 * 3 * (len(C.CONTROLS) + private * 2)
+    assert {e for e, _ in g} == {"adult iid", "adult dirichlet"}
+    assert all(c.dirichlet_alpha == 0.5 for e, c in g if e == "adult dirichlet")
+    assert len({c.key() for _, c in g}) == len(g)   # no two runs share a cache key
+    with pytest.raises(ValueError, match="tasks"):
+        C.grid({**C.Params(), "tasks": ["cifar10"]})
+
+
+def test_the_privacy_scale_by_hand():
+    """ε = 1 per weight per round on Adult (d = 218) over 10 rounds: 218 per model per round, 2,180 over training by
+    basic composition (advanced: sqrt(2 * 2180 ln 1e5) + 2180 (e - 1) = 3,893, larger); FedSel spends 218 per model
+    per round (pure, basic over the rounds); central is calibrated to 2,180 over training."""
+    frame = C.scales_frame("adult", epsilon=1.0, rounds=10)
+    two = frame.loc[C.METHODS["two_point"][0]]
+    assert (two["ε per weight per round"], two["ε per model per round"], two["ε over training"]) == (1.0, 218.0, 2180.0)
+    assert two["how"] == "basic"
+    sel = frame.loc[C.METHODS["fedsel"][0]]
+    assert math.isnan(sel["ε per weight per round"]) and sel["ε per model per round"] == pytest.approx(218.0)
+    assert sel["ε over training"] == pytest.approx(2180.0)
+    cen = frame.loc[C.METHODS["central"][0]]
+    assert cen["ε over training"] == pytest.approx(2180.0, rel=1e-6) and cen["ε over training"] <= 2180.0
+    # at 0.01 per weight advanced composition wins: sqrt(2 * 2180 ln 1e5) 0.01 + 2180 * 0.01 (e^0.01 - 1)
+    small = C.scales_frame("adult", epsilon=0.01, rounds=10).loc[C.METHODS["laplace"][0]]
+    by_hand = math.sqrt(2 * 2180 * math.log(1e5)) * 0.01 + 2180 * 0.01 * math.expm1(0.01)
+    assert small["ε over training"] == pytest.approx(by_hand) and small["how"] == "advanced"
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    """One tiny run of every method (Adult, 5 clients, 300 training and 300 test rows, 2 rounds) through the Runner."""
+    from ldptut.experiments import Runner
+
+    runner = Runner(tmp_path_factory.mktemp("cache"), progress=False)
+    base = C.base_config("adult", rounds=2, n_clients=5).replace(n_train=300, n_test=300)
+    pairs = [("tiny", C.method_config(m, base=base, task="adult", epsilon=1.0, d=D_ADULT)) for m in C.METHODS]
+    runner.record_all(pairs)
+    return runner.table()
+
+
+def test_every_method_trains_through_the_engine_and_records_its_epsilon(tiny_runs):
+    assert len(tiny_runs) == len(C.METHODS)
+    assert tiny_runs["accuracy"].between(0, 100).all()
+    by = {c.method: r for c, (_, r) in zip(tiny_runs["config"], tiny_runs.iterrows())}
+    hist = {c.method: rec.history for c, rec in zip(tiny_runs["config"], tiny_runs["record"])}
+    # the engine's per-model-per-round ε is the scale's (pure mechanisms: d ε; FedSel: ε1 + ε2 = d ε)
+    for m in ("two_point", "laplace", "piecewise", "hybrid", "pairs", "fedsel", "two_point_adaptive"):
+        assert hist[m]["epsilon_round"].iloc[-1] == pytest.approx(D_ADULT * 1.0), m
+    for m in ("fedavg", "clip", "central", "clip_updates"):
+        assert "epsilon_round" not in hist[m] or hist[m]["epsilon_round"].isna().all(), m
+    # the clipping control is central DP-FedAvg without its noise: same clip, z = 0
+    assert by["clip_updates"]["config"].replace(noise_multiplier=by["central"]["config"].noise_multiplier,
+                                               scale_epsilon=1.0) == by["central"]["config"]
+    with pytest.raises(ValueError, match="central DP-FedAvg"):
+        by["clip_updates"]["config"].central_epsilon(D_ADULT, 1e-5)
+
+
+def test_the_accuracy_table_lines_methods_up_by_grid_point(tiny_runs):
+    t = C.accuracy_table(tiny_runs)
+    assert list(t.columns) == ["no ε", "ε = 1"]
+    assert list(t.index) == [C.METHODS[m][0] for m in C.METHODS]
+    assert t.loc[C.METHODS["fedavg"][0], "ε = 1"] == "" and t.loc[C.METHODS["laplace"][0], "no ε"] == ""
+    assert C.accuracy_table(tiny_runs.iloc[:0]).empty
+
+
+def test_compare_pairs_each_papers_mnist_number_with_ours():
+    empty = C.compare(pd.DataFrame(columns=["config", "accuracy", "diverged"]))
+    assert len(empty) == len(C.REPORTED) == 3
+    assert (empty["ours on the benchmark (%)"] == "not run").all()
+    assert all(r.epsilon_unit == "per weight per round" for r in C.REPORTED)
+    assert {r.where["method"] for r in C.REPORTED} == {"two_point", "pairs", "piecewise"}
+
+
+def test_the_constant_classifier_is_the_majority_share():
+    y = torch.tensor([0, 1, 1, 1])
+    assert C.constant_accuracy(y) == 75.0
