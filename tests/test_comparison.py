@@ -150,3 +150,34 @@ def test_compare_pairs_each_papers_mnist_number_with_ours():
 def test_the_constant_classifier_is_the_majority_share():
     y = torch.tensor([0, 1, 1, 1])
     assert C.constant_accuracy(y) == 75.0
+
+
+def test_tuning_runs_are_on_validation_and_the_followup_takes_the_best_rate():
+    p = C.Params(epsilons=[1.0], seeds=[0, 1], methods=["fedavg", "laplace", "fedsel"], lr_factors=[0.5, 1.0, 2.0],
+                 validation=500, tuning_seeds=[0])
+    assert C.tuning(p) and not C.tuning(C.Params())
+    tune = C.grid(p)
+    assert {e for e, _ in tune} == {"tune adult iid"}
+    assert len(tune) == 3 * (1 + 2)      # rates x (fedavg, laplace at 1, fedsel at 1), one tuning seed
+    assert all(c.validation == 500 and c.n_test is None and c.seed == 0 for _, c in tune)
+    assert {c.lr for _, c in tune} == {0.05, 0.1, 0.2}
+    # a fake table of their validation accuracies: laplace best at 0.2, fedsel at 0.05 (0.2 diverged), fedavg tie
+    acc = {("laplace", 0.2): 80.0, ("laplace", 0.1): 79.0, ("laplace", 0.05): 60.0, ("fedsel", 0.05): 70.0,
+           ("fedsel", 0.1): 65.0, ("fedsel", 0.2): 90.0}
+    rows = [{"experiment": e, "config": c, "accuracy": acc.get((c.method, c.lr), 84.0),
+             "diverged": c.method == "fedsel" and c.lr == 0.2} for e, c in tune]
+    table = pd.DataFrame(rows)
+    best = C.choose_lr(table)
+    assert best[("adult", "iid", "laplace", 1.0)] == 0.2
+    assert best[("adult", "iid", "fedsel", 1.0)] == 0.05          # 0.2 scored higher but diverged
+    assert best[("adult", "iid", "fedavg", None)] == 0.05         # a tie goes to the smaller rate
+    runs = C.followup(p, table)
+    assert {e for e, _ in runs} == {"adult iid"} and len(runs) == 2 * 3
+    assert all(c.validation is None and c.lr == best[(c.dataset, c.partition, c.method, c.scale_epsilon)]
+               for _, c in runs)
+    assert C.followup(C.Params(), table) == []
+    shown = C.lr_table(table)
+    assert shown.loc[("adult iid", C.METHODS["laplace"][0], "1"), "lr 0.2"] == "80.0 *"
+    assert shown.loc[("adult iid", C.METHODS["fedsel"][0], "1"), "lr 0.2"] == "diverged"
+    with pytest.raises(ValueError, match="test set"):
+        C.choose_lr(table.assign(config=table["config"].map(lambda c: c.replace(validation=None))))

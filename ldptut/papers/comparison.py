@@ -49,7 +49,8 @@ from . import corbin as _corbin, ldp_fl as _ldp_fl, pd_ldpfl as _pd_ldpfl
 
 __all__ = ["PAPER", "SETTINGS", "METHODS", "REPORTS", "REPORTED", "ComparisonConfig", "method_config", "configs",
            "Params", "grid", "compare", "dimension", "scale_row", "scales_frame", "accuracy_table",
-           "constant_accuracy", "base_config", "CONTROLS", "audit_table", "D_AUDIT", "LOCAL", "decision_table",
+           "constant_accuracy", "base_config", "CONTROLS", "tuning", "choose_lr", "followup", "experiment_names",
+           "lr_table", "audit_table", "D_AUDIT", "LOCAL", "decision_table",
            "plot_accuracy", "seconds_per_round", "cost_table", "ATTACK_MODEL", "ATTACK_RADIUS", "attack_reports"]
 
 PAPER = Paper(
@@ -321,6 +322,9 @@ class Params(ChapterParams):
     n_clients: Optional[int] = param(P.optional(P.pos_int), None)
     delta: float = param(P.fraction, 1e-5)
     fedsel_mu: float = param(P.fraction, 0.1)
+    lr_factors: list[float] = param(P.list_of(P.pos_float), [1.0])
+    validation: int = param(P.pos_int, 2000)
+    tuning_seeds: list[int] = param(P.list_of(P.nonneg_int), [0])
     attack_epsilons: list[float] = param(P.list_of(P.pos_float), [1.0, 10.0])
     attack_images: int = param(P.pos_int, 2)
     attack_steps: int = param(P.pos_int, 20)
@@ -335,19 +339,111 @@ class Params(ChapterParams):
     paper_runs_dir: Optional[str] = param(P.optional(P.string), "runs/cache/comparison")
 
 
-def grid(p: Mapping[str, Any]) -> list[tuple[str, ComparisonConfig]]:
-    """The chapter's runs from its parameters ``p``: every task, partition, method, grid point and seed
-    (:func:`configs`), each named "<task> <partition>"."""
-    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
-    out = []
+def _experiments(p: Mapping[str, Any]):
+    """(task, partition, Dirichlet α or None, experiment name) of every setting of ``p``."""
     for task in p["tasks"]:
         for partition in p["partitions"]:
-            alpha = p["dirichlet_alpha"] if partition == "dirichlet" else None
-            out += [(f"{task} {partition}", c) for c in
-                    configs(task, methods=p["methods"], epsilons=p["epsilons"], seeds=p["seeds"], partition=partition,
-                            dirichlet_alpha=alpha, rounds=p["rounds"], n_clients=p["n_clients"], delta=p["delta"],
-                            mu=p["fedsel_mu"])]
+            yield task, partition, (p["dirichlet_alpha"] if partition == "dirichlet" else None), f"{task} {partition}"
+
+
+def _configs(p: Mapping[str, Any], task: str, partition: str, alpha: Optional[float], seeds: Sequence[int]):
+    return configs(task, methods=p["methods"], epsilons=p["epsilons"], seeds=seeds, partition=partition,
+                   dirichlet_alpha=alpha, rounds=p["rounds"], n_clients=p["n_clients"], delta=p["delta"],
+                   mu=p["fedsel_mu"])
+
+
+def experiment_names(p: Mapping[str, Any]) -> list[str]:
+    """The test runs' experiment names of ``p``, "<task> <partition>" (the tuning runs' are "tune " and the same)."""
+    return [name for *_, name in _experiments(p)]
+
+
+def tuning(p: Mapping[str, Any]) -> bool:
+    """Whether ``p`` tunes the learning rate (more than one of ``lr_factors``)."""
+    return len(set(p["lr_factors"])) > 1
+
+
+def grid(p: Mapping[str, Any]) -> list[tuple[str, ComparisonConfig]]:
+    """The chapter's runs that its parameters ``p`` fix before any training. Without tuning (one ``lr_factors``):
+    every task, partition, method, grid point and seed (:func:`configs`) at the task's learning rate times that
+    factor, each named "<task> <partition>". With tuning: the "tune <task> <partition>" runs, every method at every
+    grid point and learning rate (the task's times each of ``lr_factors``), seeds ``tuning_seeds``, trained on the
+    training set less ``validation`` held-out examples and evaluated on those (never on the test set); the test runs
+    at the learning rate each method scores best with are :func:`followup`'s."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
+    out = []
+    for task, partition, alpha, name in _experiments(p):
+        lr = SETTINGS[task]["lr"]
+        if not tuning(p):
+            f = p["lr_factors"][0]
+            out += [(name, c if f == 1.0 else c.replace(lr=lr * f))
+                    for c in _configs(p, task, partition, alpha, p["seeds"])]
+            continue
+        val = [c.replace(validation=p["validation"], n_test=None) for c in
+               _configs(p, task, partition, alpha, p["tuning_seeds"])]
+        out += [(f"tune {name}", c.replace(lr=lr * f)) for f in sorted(set(p["lr_factors"])) for c in val]
     return out
+
+
+def _setting(c: ComparisonConfig) -> tuple:
+    return (c.dataset, c.partition, c.method, c.scale_epsilon)
+
+
+def choose_lr(tune: pd.DataFrame) -> dict[tuple, Optional[float]]:
+    """The learning rate per (data set, partition, method, grid point) from the tuning runs (validation split): the
+    one whose runs have the highest mean final validation accuracy over the tuning seeds, among those none of whose
+    runs diverged; ties go to the smaller rate. None where every rate diverged on some seed. Never reads the test set
+    (``ValueError`` if a row was evaluated on it)."""
+    if not len(tune):
+        return {}
+    if tune["config"].map(lambda c: c.validation is None).any():
+        raise ValueError("choose_lr takes the tuning runs only (evaluated on the validation split); some rows were "
+                         "evaluated on the test set")
+    out: dict[tuple, Optional[float]] = {}
+    key = tune["config"].map(_setting)
+    for k, g in tune.groupby(key, sort=False):
+        lr = g["config"].map(lambda c: c.lr)
+        score = {r: float(h["accuracy"].mean()) for r, h in g.groupby(lr) if not h["diverged"].any()}
+        out[k] = max(score, key=lambda r: (score[r], -r)) if score else None
+    return out
+
+
+def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, ComparisonConfig]]:
+    """The test runs of a tuned grid: every method at every grid point and seed of ``seeds`` at the learning rate
+    :func:`choose_lr` picks from ``tune`` (the stored "tune ..." runs of ``grid(p)``; rows of other experiments are
+    ignored when it has an ``experiment`` column); a setting whose every rate diverged is not run. Nothing without
+    tuning (the grid holds the test runs then)."""
+    p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
+    if not tuning(p):
+        return []
+    if "experiment" in tune:
+        tune = tune[tune["experiment"].str.startswith("tune ")]
+    best = choose_lr(tune)
+    out = []
+    for task, partition, alpha, name in _experiments(p):
+        for c in _configs(p, task, partition, alpha, p["seeds"]):
+            lr = best.get(_setting(c))
+            if lr is not None:
+                out.append((name, c.replace(lr=lr)))
+    return out
+
+
+def lr_table(tune: pd.DataFrame) -> pd.DataFrame:
+    """The tuning runs' mean final validation accuracy (%) per method and grid point (rows) and learning rate
+    (columns), the chosen rate marked with a star; diverged runs counted as missing."""
+    if not len(tune):
+        return pd.DataFrame()
+    best = choose_lr(tune)
+    rows = {}
+    for k, g in tune.groupby(tune["config"].map(_setting), sort=False):
+        ds, part, m, e = k
+        label = (f"{ds} {part}", METHODS[m][0], "—" if e is None else f"{e:g}")
+        for lr, h in g.groupby(g["config"].map(lambda c: c.lr)):
+            acc = h["accuracy"].where(~h["diverged"]).mean()
+            rows.setdefault(label, {})[f"lr {lr:g}"] = ("diverged" if math.isnan(acc) else f"{acc:.1f}") + (
+                " *" if best.get(k) == lr else "")
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.index = pd.MultiIndex.from_tuples(out.index, names=["setting", "method", "ε per weight per round"])
+    return out[sorted(out.columns, key=lambda c: float(c.split()[1]))].fillna("")
 
 
 # ------------------------------------------------------------------------------------ the scale and the tables
