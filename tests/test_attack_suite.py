@@ -9,9 +9,7 @@ std of 0.007 r): about 1e-3 to 3e-3, correlation above 0.999."""
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,20 +26,12 @@ MODEL_KW = {"hidden": (16,), "activation": "sigmoid"}
 ITERATIONS = 10
 
 
-def _mirror():
-    for c in (os.environ.get("LDPTUT_DATA_MIRROR"), Path(__file__).resolve().parents[2] / "shared" / "datasets",
-              "/work/shared/datasets"):
-        if c and (Path(c) / "SHA256SUMS").is_file():
-            return Path(c).resolve()
-    return None
-
-
 @pytest.fixture(scope="module")
-def mnist():
+def mnist(data_mirror):
     from ldptut import data as D
 
     mp = pytest.MonkeyPatch()
-    mirror = _mirror()
+    mirror = data_mirror
     if mirror is not None:
         mp.setenv("LDPTUT_DATA_MIRROR", str(mirror))
     try:

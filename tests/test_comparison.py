@@ -175,9 +175,56 @@ def test_tuning_runs_are_on_validation_and_the_followup_takes_the_best_rate():
     assert {e for e, _ in runs} == {"adult iid"} and len(runs) == 2 * 3
     assert all(c.validation is None and c.lr == best[(c.dataset, c.partition, c.method, c.scale_epsilon)]
                for _, c in runs)
+    # a setting whose every rate diverged on validation runs at the task's rate (its test runs show the outcome)
+    every = table.assign(diverged=table["config"].map(lambda c: c.method == "laplace"))
+    assert C.choose_lr(every)[("adult", "iid", "laplace", 1.0)] is None
+    assert {c.lr for _, c in C.followup(p, every) if c.method == "laplace"} == {C.SETTINGS["adult"]["lr"]}
     assert C.followup(C.Params(), table) == []
     shown = C.lr_table(table)
     assert shown.loc[("adult iid", C.METHODS["laplace"][0], "1"), "lr 0.2"] == "80.0 *"
     assert shown.loc[("adult iid", C.METHODS["fedsel"][0], "1"), "lr 0.2"] == "diverged"
     with pytest.raises(ValueError, match="test set"):
         C.choose_lr(table.assign(config=table["config"].map(lambda c: c.replace(validation=None))))
+
+
+def test_the_leak_table_recovers_own_ranges_and_scales_and_nothing_from_public_ones():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 400, generator=g, dtype=torch.float64) * 0.1
+    t = C.leak_table(w, epsilon=1.0, radius=0.5)
+    own, public = t.iloc[0], t.iloc[1]
+    assert own["clients leaked (%)"] == 100.0 and own["median relative error"] < 1e-9
+    assert public["clients leaked (%)"] == 0.0
+    scaled, bound = t.iloc[2], t.iloc[3]
+    assert scaled["median relative error"] < 0.05          # t̂ = max|report| / C is close to the client's max weight
+    assert bound["clients leaked (%)"] == 0.0 and bound["median relative error"] > 0.5   # the bound, not the weights
+
+
+def test_shuffling_is_reported_beside_the_local_guarantee_where_its_condition_holds():
+    from ldptut.accounting import shuffle_amplification
+
+    def shuffled(n):
+        base = C.base_config("adult", rounds=10, n_clients=n)
+        return C.scale_row(C.method_config("laplace", base=base, task="adult", epsilon=0.3), d=D_ADULT)[
+            "ε per weight per round if shuffled"]
+
+    assert shuffled(50) is None   # Feldman et al.'s condition ε0 <= log(n / (16 log(2/δ))) fails for 50 clients
+    assert shuffled(1000) == pytest.approx(shuffle_amplification(0.3, 1000, 1e-5)) and shuffled(1000) < 0.3
+
+
+def test_the_decision_table_picks_the_best_local_method_and_says_level_where_intervals_overlap():
+    base = C.base_config("adult", rounds=2)
+    rows = []
+    acc = {("two_point", 0): [60, 61, 62], ("pairs", 0): [70, 71, 72], ("central", 0): [84, 84.5, 85],
+           ("two_point", 1): [84, 84.2, 84.4], ("pairs", 1): [83, 83.1, 83.2], ("central", 1): [84.1, 84.3, 84.5],
+           ("fedavg", None): [85, 85, 85]}
+    for (m, i), values in acc.items():
+        e = None if i is None else (0.1, 1.0)[i]
+        for seed, a in enumerate(values):
+            c = C.method_config(m, base=base.replace(seed=seed), task="adult", epsilon=e, d=D_ADULT)
+            rows.append({"experiment": "adult iid", "config": c, "accuracy": a, "diverged": False})
+    dec = C.decision_table(pd.DataFrame(rows), constant=76.4, d=D_ADULT)
+    assert list(dec["best local method"]) == [C.METHODS["pairs"][0], C.METHODS["two_point"][0]]
+    assert list(dec["its accuracy (%)"]) == [71.0, 84.2]
+    assert list(dec["above the constant classifier"]) == [False, True]   # 71 ± 2.5 vs 76.4; 84.2 ± 0.5
+    assert list(dec["ahead"]) == ["central", "level"]
+    assert dec["ε per model per round"].tolist() == [pytest.approx(21.8), pytest.approx(218.0)]

@@ -8,7 +8,6 @@ within 5 standard errors estimated from the fourth central moment. A false alarm
 per comparison; every draw comes from a seeded generator, so each test gives the same numbers every time.
 """
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -762,18 +761,11 @@ def test_followup_gives_each_tuned_method_its_test_run():
 
 
 # ============================================================================================ real data
-def _mirror():
-    import os
-    for c in (os.environ.get("LDPTUT_DATA_MIRROR"), Path(__file__).resolve().parents[2] / "shared" / "datasets",
-              "/work/shared/datasets"):
-        if c and (Path(c) / "SHA256SUMS").is_file():
-            return Path(c).resolve()
-    return None
 
 
-def test_prepare_bank(monkeypatch):
+def test_prepare_bank(monkeypatch, data_mirror):
     """The only test on real data: BANK as FedSel's users hold it (skipped without the mirror or a cache)."""
-    mirror = _mirror()
+    mirror = data_mirror
     if mirror is not None:
         monkeypatch.setenv("LDPTUT_DATA_MIRROR", str(mirror))
     elif not (D.data_root() / "bank").is_dir():

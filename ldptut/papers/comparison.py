@@ -51,7 +51,8 @@ __all__ = ["PAPER", "SETTINGS", "METHODS", "REPORTS", "REPORTED", "ComparisonCon
            "Params", "grid", "compare", "dimension", "scale_row", "scales_frame", "accuracy_table",
            "constant_accuracy", "base_config", "CONTROLS", "tuning", "choose_lr", "followup", "experiment_names",
            "lr_table", "audit_table", "D_AUDIT", "LOCAL", "decision_table",
-           "plot_accuracy", "seconds_per_round", "cost_table", "ATTACK_MODEL", "ATTACK_RADIUS", "attack_reports"]
+           "plot_accuracy", "seconds_per_round", "cost_table", "ATTACK_MODEL", "ATTACK_RADIUS", "attack_reports",
+           "client_weights", "leak_table"]
 
 PAPER = Paper(
     key="comparison",
@@ -410,8 +411,9 @@ def choose_lr(tune: pd.DataFrame) -> dict[tuple, Optional[float]]:
 def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, ComparisonConfig]]:
     """The test runs of a tuned grid: every method at every grid point and seed of ``seeds`` at the learning rate
     :func:`choose_lr` picks from ``tune`` (the stored "tune ..." runs of ``grid(p)``; rows of other experiments are
-    ignored when it has an ``experiment`` column); a setting whose every rate diverged is not run. Nothing without
-    tuning (the grid holds the test runs then)."""
+    ignored when it has an ``experiment`` column); a setting whose every rate diverged on validation runs at the task's
+    rate (its test runs then show how it fares, diverged or not). Nothing without tuning (the grid holds the test runs
+    then)."""
     p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     if not tuning(p):
         return []
@@ -422,8 +424,7 @@ def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, Compar
     for task, partition, alpha, name in _experiments(p):
         for c in _configs(p, task, partition, alpha, p["seeds"]):
             lr = best.get(_setting(c))
-            if lr is not None:
-                out.append((name, c.replace(lr=lr)))
+            out.append((name, c if lr is None else c.replace(lr=lr)))
     return out
 
 
@@ -449,7 +450,11 @@ def lr_table(tune: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------ the scale and the tables
 def scale_row(config: ComparisonConfig, *, d: int, delta: float = 1e-5) -> dict:
     """One method's privacy at the chapter's three levels, from its configuration: ε per weight per round, ε per model
-    per round, ε over the training (and how it was obtained), with their units; central's is over the training only."""
+    per round, ε over the training (and how it was obtained), with their units; central's is over the training only.
+    Beside them, for a pure per-weight guarantee, what shuffling the n clients' reports of each weight would give per
+    weight per round (Feldman, McMillan, Talwar 2021, where its condition on ε and n holds; None otherwise): an
+    amplification that needs each weight's reports unlinkable from the others', which the LDP-FL chapter shows a
+    server can undo by timing."""
     g = config.guarantee(d)
     row = {"method": METHODS[config.method][0], "grid point (ε per weight per round)": config.scale_epsilon}
     if config.method == "central":
@@ -464,10 +469,10 @@ def scale_row(config: ComparisonConfig, *, d: int, delta: float = 1e-5) -> dict:
                     "ε per model per round": None, "ε over training": None, "δ over training": None,
                     "how": "no privacy" if config.method == "fedavg" else "not private"})
         return row
-    s = privacy_scales(g, d=d, rounds=config.rounds, delta_slack=delta)
+    s = privacy_scales(g, d=d, rounds=config.rounds, delta_slack=delta, clients=config.n_clients)
     row.update({"ε per weight per round": s["per_weight_round"], "ε per model per round": s["per_model_round"],
                 "ε over training": s["over_training"], "δ over training": s["over_training_delta"],
-                "how": s["over_training_how"]})
+                "how": s["over_training_how"], "ε per weight per round if shuffled": s["shuffled_per_weight_round"]})
     return row
 
 
@@ -634,7 +639,9 @@ def decision_table(runs: pd.DataFrame, *, experiment: Optional[str] = None, cons
                    d: Optional[int] = None) -> pd.DataFrame:
     """Per grid point (ε per weight per round): the best local method by mean final test accuracy over seeds (%), its
     95 % interval, whether that interval lies above the constant classifier's accuracy ``constant`` (the control: a
-    model that learned nothing), central DP-FedAvg at the same privacy over the training, and non-private FedAvg.
+    model that learned nothing), central DP-FedAvg at the same privacy over the training with its interval, non-private
+    FedAvg, and which of the best local method and central DP-FedAvg is ahead ("level" where their intervals
+    overlap).
     Diverged runs count as failures (their accuracy is missing, the mean is over the others, said in "diverged")."""
     if experiment is not None and "experiment" in runs:
         runs = runs[runs["experiment"] == experiment]
@@ -663,7 +670,15 @@ def decision_table(runs: pd.DataFrame, *, experiment: Optional[str] = None, cons
                         "95 % interval": "" if math.isnan(lo) else f"[{lo:.1f}, {hi:.1f}]",
                         "above the constant classifier": (None if constant is None or math.isnan(lo)
                                                           else bool(lo > constant))})
-        row.update({"central DP-FedAvg (%)": cen[0], "non-private FedAvg (%)": fedavg})
+        row.update({"central DP-FedAvg (%)": cen[0],
+                    "central's interval": "" if math.isnan(cen[1]) else f"[{cen[1]:.1f}, {cen[2]:.1f}]",
+                    "non-private FedAvg (%)": fedavg})
+        if best is not None:
+            # which is ahead where the two intervals do not overlap; "level" where they do (or either has none)
+            ahead = "level"
+            if not (math.isnan(best[2]) or math.isnan(cen[1])):
+                ahead = "central" if cen[1] > best[3] else ("local" if best[2] > cen[2] else "level")
+            row["ahead"] = ahead
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -786,3 +801,45 @@ def attack_reports(epsilon: float, *, d: int, methods: Sequence[str] = tuple(MET
         else:
             out[name] = Report(m, epsilon=e, radius=ATTACK_RADIUS)
     return out
+
+
+# ------------------------------------------------------------------------------------ the range and scale leaks
+def client_weights(task: str, *, rounds: int = 1, n_clients: Optional[int] = None, seed: int = 0,
+                   device: Any = "cpu") -> torch.Tensor:
+    """The weights each client sends after its local training in round ``rounds`` of non-private FedAvg on ``task``
+    (rows: clients, columns: the d weights), what the leak table perturbs."""
+    from .. import data as _data
+    from ..fl import RecordPayloads
+
+    base = base_config(task, seed=seed, rounds=rounds, n_clients=n_clients)
+    rec = RecordPayloads()
+    base.simulate(_data.load_dataset(base.dataset, device=device), device=device, progress=False, privatizer=rec)
+    return rec.raw.to("cpu", torch.float64)
+
+
+def leak_table(weights: torch.Tensor, *, epsilon: float, radius: float, seed: int = 0) -> pd.DataFrame:
+    """What the server reads off the support of the reports, per rule, at ``epsilon`` per weight per round, for the
+    clients' weight vectors ``weights`` (one row per client): a range each client takes from its own weights (LDP-FL's
+    adaptive range read per client, :func:`ldptut.attacks.range_leak`) against the public fixed range [-r, r], and
+    PD-LDPFL's scale t = max θ (Algorithm 2, :func:`ldptut.attacks.piecewise_scale_leak`) against a public bound r.
+    Columns: the share of clients whose private range (exactly) or largest weight (to 0.1 %) the server recovers, and
+    the median relative error of what it recovers against the client's own extreme weights."""
+    from ..attacks import piecewise_scale_leak, range_leak
+    from ..rng import generator
+
+    e = _epsilon(epsilon)
+    rows = []
+    for name, public in (("Two-point, each client's own range (not LDP)", None),
+                         ("Two-point, public fixed range", (0.0, radius))):
+        t = range_leak(weights, epsilon=e, public_range=public, generator=generator(seed, "leak", name))
+        rows.append({"rule": name, "the server recovers": "the client's [min, max] weight" if public is None else
+                     "the public range only", "clients leaked (%)": 100.0 * float(t["leaked"].mean()),
+                     "median relative error": float(t["rel_error"].median())})
+    for name, bound in (("Piecewise scaled by t = max θ (PD-LDPFL, Algorithm 2; not LDP)", None),
+                        ("Piecewise with a public bound", radius)):
+        t = piecewise_scale_leak(weights, epsilon=e, public_bound=bound, generator=generator(seed, "leak", name))
+        # leaked: the server's t̂ is the client's own largest weight to 0.1 %
+        rows.append({"rule": name, "the server recovers": "the client's largest weight" if bound is None else
+                     "the public bound", "clients leaked (%)": 100.0 * float((t["max_error"] < 1e-3).mean()),
+                     "median relative error": float(t["max_error"].median())})
+    return pd.DataFrame(rows).set_index("rule")
