@@ -136,12 +136,19 @@ class FedAvgConfig(RunConfig):
         """The aggregator the server applies (``aggregator`` by name; kinds may build their own rule)."""
         return self.aggregator
 
+    def check_dataset(self, ds: _data.Dataset) -> _data.Dataset:
+        """``ds`` itself when it is the data set this run names (``ValueError`` otherwise). Kinds that cut their data
+        their own way (their own subset fields and shuffles: PD-LDPFL's, LDP-FL's validation runs) start from this,
+        not from :meth:`data`, so the base's subsets are not applied twice."""
+        if ds.name != self.dataset:
+            raise ValueError(f"this run is on {self.dataset!r}, got the data set {ds.name!r}")
+        return ds
+
     def data(self, ds: _data.Dataset) -> _data.Dataset:
         """The data this run trains and evaluates on: ``ds`` cut to this run's sizes (``n_train``, ``n_test``,
         ``validation``; a fixed shuffle of seed 0, the same for every run), the validation split as its test set;
         ``ds`` itself when all three are None."""
-        if ds.name != self.dataset:
-            raise ValueError(f"this run is on {self.dataset!r}, got the data set {ds.name!r}")
+        ds = self.check_dataset(ds)
         if self.n_train is None and self.n_test is None and self.validation is None:
             return ds
         n_tr = ds.x_train.shape[0]

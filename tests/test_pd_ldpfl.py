@@ -601,3 +601,23 @@ def test_paper_scale_pairs_each_cell_with_its_twin_and_says_the_gap():
     assert ps.words["control_gap"] == "0.2" and ps.words["control_cells"] == "2"   # 10 clients: +2.0 vs +2.25
     assert ps.words["cost"] == "+0.5 to +0.8" and ps.words["mnist_lead"] == "+2.0, +2.0"
     assert set(ps.compare["clients"]) == {5, 10} and (ps.compare["ours (%)"] != "not run").all()
+
+
+def test_pd_ldpfl_cuts_its_data_with_its_own_shuffles_only():
+    """PD-LDPFL's n_train / n_test take the first n of its own fixed shuffles of the whole sets (its stored runs were
+    trained so), not of FedAvgConfig's subsets, which share the field names."""
+    import dataclasses
+
+    from ldptut.data import load_dataset
+    from ldptut.rng import generator
+
+    ds = load_dataset("digits")
+    n, m = ds.x_train.shape[0], ds.x_test.shape[0]
+    tag = lambda k: torch.arange(k, dtype=torch.float32)[:, None, None, None].expand(k, *ds.input_shape).contiguous()  # noqa: E731
+    tagged = dataclasses.replace(ds, x_train=tag(n), x_test=tag(m))
+    c = P.table2_config("mnist", 5, rounds=1, n_train=200, n_test=100).replace(dataset="digits", model="logreg")
+    cut = c.data(tagged)
+    want_train = torch.randperm(n, generator=generator(0, "pd-ldpfl-train-shuffle"))[:200]
+    want_test = torch.randperm(m, generator=generator(0, "pd-ldpfl-test-shuffle"))[:100]
+    assert torch.equal(cut.x_train[:, 0, 0, 0].long(), want_train)
+    assert torch.equal(cut.x_test[:, 0, 0, 0].long(), want_test)

@@ -100,7 +100,7 @@ class ValidationConfig(FedAvgConfig):
         pos_int(self.validation, "validation")
 
     def data(self, ds: Dataset) -> Dataset:
-        ds = super().data(ds)
+        ds = self.check_dataset(ds)  # its own subsets and shuffles, not the base's
         n = ds.x_train.shape[0]
         if self.validation >= n:
             raise ValueError(f"validation = {self.validation} leaves no training data: {ds.name} has {n} training "
@@ -246,8 +246,8 @@ def configs(base: FedAvgConfig, *, seeds: Sequence[int], fixed: FixedRange, adap
         add("steps", longer.replace(mechanism=CLIP_ONLY, range=fixed))
     for setting in search:
         check_local(setting)
-        held = ValidationConfig(**{f.name: getattr(base, f.name) for f in dataclasses.fields(FedAvgConfig)},
-                             validation=validation).replace(**setting)
+        held = ValidationConfig(**{f.name: getattr(base, f.name) for f in dataclasses.fields(FedAvgConfig)
+                                   if f.name != "validation"}, validation=validation).replace(**setting)
         if search_private:
             pair("search", held)
         else:

@@ -366,7 +366,7 @@ class PdLdpflConfig(FedAvgConfig):
         return super().privatizer()
 
     def data(self, ds):
-        ds = super().data(ds)
+        ds = self.check_dataset(ds)  # its own subsets and shuffles, not the base's
         import dataclasses
 
         from ..rng import generator
