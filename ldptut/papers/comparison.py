@@ -114,13 +114,6 @@ def _reported(source: Reported, *, method: str, note: str) -> Reported:
                                setting=(("dataset", "mnist"), ("method", method), ("epsilon", source.epsilon)))
 
 
-def _pick(module, **where) -> Reported:
-    for r in module.REPORTED:
-        if all(r.where.get(k) == v for k, v in where.items()) and (r.epsilon == where.get("epsilon", r.epsilon)):
-            return r
-    raise LookupError(f"{module.__name__}.REPORTED has no row {where}")  # pragma: no cover - checked by the tests
-
-
 #: Each paper's own number for its mechanism on MNIST (its setting, its model), beside ours on the benchmark's MNIST at
 #: the same ε per weight per round: the rows come from the paper modules, not copied.
 REPORTED: tuple[Reported, ...] = (
