@@ -53,7 +53,7 @@ VALUE_MECHANISMS = tuple(k for k in MECHANISMS if k != "randomized_response")
 #: Every method a :class:`Report` may name.
 REPORT_METHODS = ("none", "central", "fedsel") + VALUE_MECHANISMS
 
-_NEEDS_DELTA = ("gaussian", "ldpsign")
+_NEEDS_DELTA = ("gaussian",)
 
 
 # ==== what the client sends ==========================================================================
@@ -67,7 +67,8 @@ class Report:
     * a per-coordinate mechanism of :data:`ldptut.mechanisms.MECHANISMS` (``"two_point"``, ``"laplace"``,
       ``"piecewise"``, ``"hybrid"``, ``"gaussian"``, ``"ldpsign"``): every coordinate clipped to [-r, r]
       (``radius`` = r, required) and randomised with ε = ``epsilon`` (required) **per coordinate per round**;
-      ``delta`` is required by ``"gaussian"`` and ``"ldpsign"`` and refused by the others. Randomized response is
+      ``delta`` is required by ``"gaussian"``, optional for ``"ldpsign"`` (with it the paper's Gaussian
+      calibration, without it the exact one at pure ε) and refused by the others. Randomized response is
       not offered: it randomises bits, not real coordinates;
     * ``"fedsel"``: FedSel's report (Liu, Cao, Yoshikawa, Chen, DASFAA 2020, Algorithm 1, lines 16-18): one
       coordinate chosen with the exponential mechanism at ε1 = ``epsilon_select`` on the ranking of |∇W| (Sec. 4.1,
@@ -129,6 +130,9 @@ class Report:
         if m in _NEEDS_DELTA:
             need("delta")
             set_(self, "delta", _check_delta(self.delta, "delta"))
+        elif m == "ldpsign":
+            if self.delta is not None:
+                set_(self, "delta", _check_delta(self.delta, "delta"))
         else:
             refuse("delta")
         self.mechanism()  # the mechanism's own checks (e.g. a Gaussian (ε, δ) its sampler cannot realise)
@@ -136,15 +140,18 @@ class Report:
     def mechanism(self):
         """The per-coordinate mechanism (center 0, radius r; for "fedsel" the value's Piecewise at ε2), or None.
 
-        ``"ldpsign"``: :class:`~ldptut.mechanisms.LdpSign` calibrated with L2 sensitivity 2r, the width of one
-        clipped coordinate's range (as :class:`~ldptut.mechanisms.Gaussian` calibrates); its exact guarantee is the
-        pure ε* of its ``guarantee`` (below the nominal ε whenever the calibration holds)."""
+        ``"ldpsign"`` with ``delta``: :class:`~ldptut.mechanisms.LdpSign` calibrated with L2 sensitivity 2r, the
+        width of one clipped coordinate's range (as :class:`~ldptut.mechanisms.Gaussian` calibrates); its exact
+        guarantee is the pure ε* of its ``guarantee`` (below the nominal ε whenever the calibration holds). Without
+        ``delta``: calibrated exactly, ε* = ε."""
         m = self.method
         if m in ("none", "central"):
             return None
         if m == "fedsel":
             return make_mechanism("piecewise", epsilon=self.epsilon, center=0.0, radius=self.radius)
         if m == "ldpsign":
+            if self.delta is None:
+                return LdpSign(epsilon=self.epsilon, radius=self.radius)
             return LdpSign(epsilon=self.epsilon, delta=self.delta, l2_sensitivity=2.0 * self.radius, radius=self.radius)
         kw = {"delta": self.delta} if m == "gaussian" else {}
         return make_mechanism(m, epsilon=self.epsilon, center=0.0, radius=self.radius, **kw)

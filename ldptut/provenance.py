@@ -28,7 +28,7 @@ __all__ = ["NUMERICS", "NUMERICS_CHANGES", "numerics_flag", "numerics_changes", 
 #: are version 1. Pages flag older records (:func:`numerics_flag`, in :meth:`ldptut.experiments.Runner.provenance`):
 #: their run cache key is the configuration, so they are still loaded, and the flag says they would be re-trained
 #: differently now.
-NUMERICS = 3
+NUMERICS = 4
 
 #: Version -> (the mechanisms it changed, by their :data:`ldptut.mechanisms.MECHANISMS` names, or ``None`` for a
 #: change that touches every run; what changed). A record of an older version that used none of the changed
@@ -40,6 +40,10 @@ NUMERICS_CHANGES: dict[int, tuple[Optional[frozenset], str]] = {
     3: (frozenset({"gaussian"}),
         "the Gaussian reports on a grid, each output drawn with its exact probability from a 2^-53-step uniform "
         "(its (epsilon, delta) holds for the law it samples): other reports from the same seed"),
+    4: (frozenset({"ldpsign"}),
+        "ldpsign draws its less likely report with probability Phi(-|w|/sigma) computed without cancellation (the "
+        "realised small probability is rounded up, not down, to the uniforms' grid): other reports from the same "
+        "seed"),
 }
 
 

@@ -182,6 +182,9 @@ def test_ldpsign_and_gaussian_reports(grad):
     assert out.abs().unique().tolist() == pytest.approx([scale])  # ±1 read as σ √(π/2) (±1)
     assert report_guarantee(rep, 10).epsilon == pytest.approx(10 * rep.mechanism().epsilon)  # the exact ε*, not 1
     assert "exact ε*" in rep.label()
+    exact = Report("ldpsign", 1.0, 0.1)   # no δ: calibrated exactly, ε* = ε per coordinate
+    assert exact.mechanism().epsilon == pytest.approx(1.0, rel=1e-11) and exact.mechanism().epsilon <= 1.0
+    assert report_guarantee(exact, 10).epsilon == pytest.approx(10.0, rel=1e-11)
     gauss = privatize_gradient(flat, Report("gaussian", 1.0, 0.1, delta=1e-5), generator(0))
     assert gauss.shape == flat.shape and not torch.equal(gauss, flat)
 

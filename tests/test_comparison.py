@@ -28,7 +28,7 @@ def test_every_method_builds_its_own_configuration_and_round_trips(method):
     assert c.method == method
     assert config_from_dict(c.to_dict()) == c   # the stored record rebuilds it
     assert (c.scale_epsilon is None) == (method in C.CONTROLS)
-    if method in ("fedsel", "central", "clip_updates"):
+    if method in ("fedsel", "central", "clip_updates", "ldpsign", "two_point_sign"):
         assert c.send == "updates"
 
 
@@ -52,6 +52,16 @@ def test_each_method_is_calibrated_to_the_grid_point():
                           neighbours="replace")
     assert got <= target and got == pytest.approx(target, rel=1e-6)
     assert cen.clip == C.SETTINGS["adult"]["clip"]
+    # LdpSign: exact pure ε per weight per round (not the paper's Gaussian (ε, δ)), signs of updates, the server's step
+    sign = C.method_config("ldpsign", base=base, task="adult", epsilon=e)
+    unit = sign.privatizer()._unit
+    assert unit.l2_sensitivity is None and unit.guarantee.epsilon <= e
+    assert unit.guarantee.epsilon == pytest.approx(e, rel=1e-11)
+    assert sign.guarantee(D_ADULT).epsilon == pytest.approx(e, rel=1e-11)
+    assert (sign.send, sign.server_step, sign.range.radius) == ("updates", C.SETTINGS["adult"]["sign_step"],
+                                                                C.SETTINGS["adult"]["update_radius"])
+    vote = C.method_config("two_point_sign", base=base, task="adult", epsilon=e)
+    assert vote.replace(mechanism="ldpsign") == sign   # the control differs from LdpSign in its report only
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -64,6 +74,10 @@ def test_each_method_is_calibrated_to_the_grid_point():
     (dict(report="central", send="updates", clip=1.0), "noise_multiplier"),
     (dict(report="central", clip=1.0, noise_multiplier=1.0), "updates"),
     (dict(scale_epsilon=-1.0), "scale_epsilon"),
+    (dict(mechanism="ldpsign", epsilon=1.0, range=FixedRange(0, 1), send="updates"), "server_step"),
+    (dict(mechanism="ldpsign", epsilon=1.0, range=FixedRange(0, 1), server_step=0.01), "updates"),
+    (dict(server_step=0.01, send="updates"), "mechanism"),
+    (dict(mechanism="laplace", epsilon=1.0, range=FixedRange(0, 1), send="updates", server_step=-1.0), "server_step"),
 ])
 def test_bad_configurations_name_what_is_wrong(bad, match):
     base = C.base_config("adult", rounds=2)
@@ -167,24 +181,49 @@ def test_tuning_runs_are_on_validation_and_the_followup_takes_the_best_rate():
     rows = [{"experiment": e, "config": c, "accuracy": acc.get((c.method, c.lr), 84.0),
              "diverged": c.method == "fedsel" and c.lr == 0.2} for e, c in tune]
     table = pd.DataFrame(rows)
-    best = C.choose_lr(table)
-    assert best[("adult", "iid", "laplace", 1.0)] == 0.2
-    assert best[("adult", "iid", "fedsel", 1.0)] == 0.05          # 0.2 scored higher but diverged
-    assert best[("adult", "iid", "fedavg", None)] == 0.05         # a tie goes to the smaller rate
+    best = C.choose(table)
+    r, u = C.SETTINGS["adult"]["radius"], C.SETTINGS["adult"]["update_radius"]
+    assert best[("adult", "iid", "laplace", 1.0)] == (0.2, None, r)
+    assert best[("adult", "iid", "fedsel", 1.0)] == (0.05, None, u)      # 0.2 scored higher but diverged
+    assert best[("adult", "iid", "fedavg", None)] == (0.05, None, None)  # a tie goes to the smaller rate
     runs = C.followup(p, table)
     assert {e for e, _ in runs} == {"adult iid"} and len(runs) == 2 * 3
-    assert all(c.validation is None and c.lr == best[(c.dataset, c.partition, c.method, c.scale_epsilon)]
+    assert all(c.validation is None and C.choice(c) == best[(c.dataset, c.partition, c.method, c.scale_epsilon)]
                for _, c in runs)
     # a setting whose every rate diverged on validation runs at the task's rate (its test runs show the outcome)
     every = table.assign(diverged=table["config"].map(lambda c: c.method == "laplace"))
-    assert C.choose_lr(every)[("adult", "iid", "laplace", 1.0)] is None
+    assert C.choose(every)[("adult", "iid", "laplace", 1.0)] is None
     assert {c.lr for _, c in C.followup(p, every) if c.method == "laplace"} == {C.SETTINGS["adult"]["lr"]}
     assert C.followup(C.Params(), table) == []
-    shown = C.lr_table(table)
-    assert shown.loc[("adult iid", C.METHODS["laplace"][0], "1"), "lr 0.2"] == "80.0 *"
-    assert shown.loc[("adult iid", C.METHODS["fedsel"][0], "1"), "lr 0.2"] == "diverged"
+    shown = C.tuning_table(table)
+    row = shown.loc[("adult iid", C.METHODS["laplace"][0], "1")]
+    assert (row["step chosen"], row["range chosen"], row["validation accuracy (%)"]) == ("0.2", f"{r:g}", "80.0")
+    assert row["at the task's step and range (%)"] == "79.0" and row["choices diverged"] == "0 of 3"
+    assert shown.loc[("adult iid", C.METHODS["fedsel"][0], "1"), "choices diverged"] == "1 of 3"
     with pytest.raises(ValueError, match="test set"):
-        C.choose_lr(table.assign(config=table["config"].map(lambda c: c.replace(validation=None))))
+        C.choose(table.assign(config=table["config"].map(lambda c: c.replace(validation=None))))
+
+
+def test_the_range_is_tuned_with_the_step_and_methods_without_one_run_once_per_step():
+    p = C.Params(epsilons=[1.0], seeds=[0], methods=["fedavg", "two_point_adaptive", "piecewise", "central", "ldpsign"],
+                 lr_factors=[1.0, 2.0], range_factors=[0.5, 1.0], validation=500)
+    tune = [c for _, c in C.grid(p)]
+    assert len({c.key() for c in tune}) == len(tune)
+    by = {}
+    for c in tune:
+        by.setdefault(c.method, set()).add(C.choice(c))
+    s = C.SETTINGS["adult"]
+    assert by["fedavg"] == {(0.1, None, None), (0.2, None, None)}           # no range: once per step
+    assert len(by["two_point_adaptive"]) == 2
+    assert by["piecewise"] == {(lr, None, r) for lr in (0.1, 0.2) for r in (0.25, 0.5)}
+    assert by["central"] == {(lr, None, cl) for lr in (0.1, 0.2) for cl in (0.05, 0.1)}
+    # LdpSign: the step factor scales the server's step η (the clients' rate stays the task's), the range its updates'
+    assert by["ldpsign"] == {(0.1, st, r) for st in (s["sign_step"], 2 * s["sign_step"]) for r in (0.025, 0.05)}
+    # central's noise multiplier (its ε) does not move with C
+    assert len({c.noise_multiplier for c in tune if c.method == "central"}) == 1
+    # without tuning the single factors apply to the test runs themselves
+    once = C.grid(C.Params(epsilons=[1.0], seeds=[0], methods=["laplace"], range_factors=[2.0]))
+    assert [C.tuned_range(c) for _, c in once] == [2 * s["radius"]]
 
 
 def test_the_leak_table_recovers_own_ranges_and_scales_and_nothing_from_public_ones():

@@ -74,6 +74,55 @@ def test_ldpsign_law_and_exact_epsilon(eps, delta, sens, radius):
     assert mech.guarantee.delta == 0
 
 
+@pytest.mark.parametrize("eps,radius", [(0.01, 0.05), (1.0, 1.0), (4.0, 0.05), (30.0, 2.0)])
+def test_ldpsign_exact_calibration_gives_the_pure_epsilon_asked_for(eps, radius):
+    """Without (δ, Δ2) σ solves ln(Φ(r/σ) / Φ(-r/σ)) = ε: the exact audit of the binary law finds ε, never more."""
+    mech = LdpSign(epsilon=eps, radius=radius)
+    assert mech.l2_sensitivity is None and mech.calibration.delta == 0
+    assert mech.guarantee.epsilon <= eps and mech.guarantee.epsilon == pytest.approx(eps, rel=1e-11)
+    s = radius / mech.sigma
+    by_hand = math.log(0.5 * math.erfc(-s / math.sqrt(2))) - math.log(0.5 * math.erfc(s / math.sqrt(2)))
+    assert by_hand == pytest.approx(eps, rel=1e-9)
+    xs = torch.linspace(-radius, radius, 41, dtype=torch.float64)
+    audit = audits.exact_ldp_audit(mech, xs)
+    assert audit.passed and audit.epsilon_observed == pytest.approx(eps, rel=1e-9)
+
+    class Realised:   # the law float32 uniforms realise: the small probability rounded up to 2^-24
+        guarantee, center, radius = mech.guarantee, mech.center, mech.radius
+        output_distribution = staticmethod(mech.realized_distribution)
+
+    real = audits.exact_ldp_audit(Realised(), xs)
+    assert real.passed and real.epsilon_observed <= mech.guarantee.epsilon
+    x = torch.tensor([-radius, 0.0, 0.5 * radius], dtype=torch.float64)
+    y = mech.privatize(x.expand(N, 3).contiguous(), generator(3, f"exact sign {eps}"))
+    assert bool(((y.mean(0) - mech.mean(x)).abs() <= 5 * torch.sqrt(mech.variance(x) / N)).all())
+
+
+def test_ldpsign_float32_reports_follow_the_realised_law():
+    """float32 inputs draw float32 uniforms: the report frequencies match realized_distribution (binomial 5 s.e.), and
+    far in the tail (q < 2^-24) the less likely report keeps probability 2^-24 instead of vanishing."""
+    mech = LdpSign(epsilon=4.0, radius=1.0)
+    x = torch.tensor([-1.0, -0.2, 0.0, 0.6, 1.0])
+    y = mech.privatize(x.expand(N, 5).contiguous(), generator(4, "float32 sign"))
+    assert y.dtype == torch.float32
+    _, probs = mech.realized_distribution(x)
+    p = probs[:, 1]
+    freq = (y > 0).double().mean(0)
+    assert bool(((freq - p).abs() <= 5 * torch.sqrt(p * (1 - p) / N)).all())
+    tail = LdpSign(epsilon=40.0, radius=1.0)
+    _, probs = tail.realized_distribution(torch.tensor([1.0]))
+    assert probs[0, 0].item() == 2.0 ** -24 and tail.output_distribution(torch.tensor([1.0]))[1][0, 0] < 2.0 ** -24
+
+
+def test_ldpsign_refuses_half_a_calibration_and_a_shifted_center():
+    with pytest.raises(ValueError, match="delta and l2_sensitivity"):
+        LdpSign(epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match="center"):
+        LdpSign(epsilon=1.0, radius=1.0, center=0.5)
+    with pytest.raises(ValueError, match="epsilon"):
+        LdpSign(epsilon=0.0)
+
+
 def test_ldpsign_audit_catches_a_wrong_claim():
     mech = LdpSign(epsilon=5.0, delta=1e-5, l2_sensitivity=8.0, radius=4.0)
     mech._epsilon = 0.5 * mech.guarantee.epsilon  # claim half the true loss
@@ -258,6 +307,11 @@ def test_sign_aggregation():
     assert out.tolist() == [1.0, -1.0, 1.0, -1.0]
     out, metrics = P.SignOf(P.ProbabilitySelection([1.0, 1e-9]))(pay, context=_ctx(2))  # keeps client 1 only
     assert out.tolist() == [1.0, 1.0, -1.0, -1.0] and metrics == {"clients_used": 1}
+    # with a step (signSGD's majority vote on updates): η times the sign of the mean
+    out, _ = P.SignOf(fl.mean_aggregator, step=0.25)(pay, context=_ctx(2))
+    assert out.tolist() == [0.25, 0.0, 0.0, -0.25]
+    with pytest.raises(ValueError, match="step"):
+        P.SignOf(fl.mean_aggregator, step=0.0)
 
 
 def test_aggregators_plug_into_run_fedavg():

@@ -280,7 +280,9 @@ def test_a_numerics_change_flags_only_the_runs_of_the_mechanisms_it_changed():
     assert provenance.run_mechanisms(FedSelConfig(paper="fedsel", dataset="adult", model="logistic", n_clients=10, rounds=1,
                                                selection="random", perturbation="hm", epsilon=1.0)) == {"hybrid"}
     assert provenance.numerics_flag(1) == f"older code (numerics v1, now v{provenance.NUMERICS})"  # nothing said: flagged
-    assert provenance.numerics_changes(1, ["ldpsign"]) == [] and provenance.numerics_changes(1, ["hybrid"])[0].startswith("v2: ")
+    assert provenance.numerics_changes(1, ["two_point"]) == [] and provenance.numerics_changes(1, ["hybrid"])[0].startswith("v2: ")
+    assert [c[:4] for c in provenance.numerics_changes(1, ["ldpsign"])] == ["v4: "]  # its tail-safe sampler
+    assert provenance.numerics_changes(3, ["gaussian"]) == [] and provenance.numerics_changes(4, ["ldpsign"]) == []
     assert [c[:4] for c in provenance.numerics_changes(1, ["gaussian"])] == ["v3: "]  # the Gaussian's grid law
     assert provenance.numerics_changes(2, ["hybrid"]) == [] and provenance.numerics_changes(2, ["gaussian"])
     # Wu et al.'s runs: IID clients use the Gaussian, non-IID ldpsign, a run without noise neither

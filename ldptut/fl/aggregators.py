@@ -129,17 +129,21 @@ class ProbabilitySelection:
 
 
 class SignOf:
-    """Non-IID server rule: W = sign(f(G̃_1, ..., G̃_N)) (Wu et al. Section 3.2, Algorithm 2 line 7); sign(0) = 0."""
+    """Server rule η sign(f(G̃_1, ..., G̃_N)); sign(0) = 0. With η = 1 on weights, Wu et al.'s non-IID rule
+    W = sign(f(...)) (Section 3.2, Algorithm 2 line 7); on updates with a step η, signSGD's majority vote (Bernstein
+    et al. 2018; Jin et al. 2020's stochastic sign): the global model moves by η in the sign of the aggregate."""
 
-    def __init__(self, aggregator: Any):
+    def __init__(self, aggregator: Any, *, step: float = 1.0):
         self.aggregator = aggregator
+        self.step = real(step, "step", positive=True)
 
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> tuple[torch.Tensor, dict]:
         vec, metrics = self.aggregator(payloads, context=context)
-        return torch.sign(vec), metrics
+        out = torch.sign(vec)
+        return (out if self.step == 1.0 else out.mul_(self.step)), metrics
 
     def __repr__(self) -> str:
-        return f"SignOf({self.aggregator!r})"
+        return f"SignOf({self.aggregator!r}" + ("" if self.step == 1.0 else f", step={self.step:g}") + ")"
 
 
 # ------------------------------------------------------------------- smoothing (CorBin-FL, authors' code)

@@ -19,8 +19,15 @@ method is run at the privacy that grid point stands for:
 
 PD-LDPFL's scaled Piecewise with a **public** bound is Piecewise on a fixed range (the bound is the range), so it is the
 Piecewise row; its published, data-dependent scale is not LDP (the PD-LDPFL chapter) and is in the attack table, not
-here. The stochastic sign (Wu et al.'s non-IID protocol) needs its own server rule and step size; it is not in the grid
-yet.
+here. LdpSign (the stochastic sign of Jin et al. 2020, Wu et al.'s non-IID mechanism) sends one sign per coordinate of
+the client's update, calibrated **exactly** to ε_w per weight per round (σ from its pure ε*, not the paper's Gaussian
+(ε, δ) formula), and the server moves the model by a step η in the sign of the mean (signSGD's majority vote); on
+weights, as in Wu et al.'s Algorithm 2, the model itself would be a sign vector.
+
+**Tuning** (the chapter's paper-scale pages). On a validation split, never the test set, each method's step (the
+clients' learning rate; LdpSign's server step η) and its range (the fixed range r of the per-weight mechanisms and of
+the clipping control, the update range of FedSel and LdpSign, central DP-FedAvg's clipping norm C) are chosen per grid
+point from the task's value times factors (``lr_factors``, ``range_factors``); the test runs use the choice.
 
 Each run's configuration is a :class:`ComparisonConfig` (a FedAvg run with its report: "each" coordinate perturbed,
 correlated "pairs", FedSel's one "select"-ed coordinate, or "central" clipping with the server's noise), and every
@@ -39,7 +46,8 @@ from .._validate import delta as _delta, epsilon as _epsilon, fraction, one_of
 from ..accounting import Guarantee, Unit
 from ..central import ClipUpdate, NoisyMean, central_epsilon, central_noise_multiplier
 from ..experiments import FedAvgConfig
-from ..fl import FixedRange, GlobalModelRange, LocalPerturbation, PairedPerturbation, SelectThenPerturb
+from ..fl import (FixedRange, GlobalModelRange, LocalPerturbation, PairedPerturbation, SelectThenPerturb, SignOf,
+                  make_aggregator)
 from ..mechanisms import MECHANISMS
 from ..models import build_model, count_parameters
 from ..params import ChapterParams, P, chapter_params, param
@@ -49,8 +57,8 @@ from . import corbin as _corbin, ldp_fl as _ldp_fl, pd_ldpfl as _pd_ldpfl
 
 __all__ = ["PAPER", "SETTINGS", "METHODS", "REPORTS", "REPORTED", "ComparisonConfig", "method_config", "configs",
            "Params", "grid", "compare", "dimension", "scale_row", "scales_frame", "accuracy_table",
-           "constant_accuracy", "base_config", "CONTROLS", "tuning", "choose_lr", "followup", "experiment_names",
-           "lr_table", "audit_table", "D_AUDIT", "LOCAL", "decision_table",
+           "constant_accuracy", "base_config", "CONTROLS", "tuning", "choose", "choice", "scaled", "tuned_range",
+           "followup", "experiment_names", "tuning_table", "audit_table", "D_AUDIT", "LOCAL", "decision_table",
            "plot_accuracy", "seconds_per_round", "cost_table", "ATTACK_MODEL", "ATTACK_RADIUS", "attack_reports",
            "client_weights", "leak_table"]
 
@@ -70,14 +78,15 @@ PAPER = Paper(
 #: of the per-weight mechanisms (weights in [-r, r]); ``update_radius``: FedSel's value range (one update coordinate,
 #: the largest in magnitude); ``clip``: central DP-FedAvg's L2 clipping norm of a client's update. The three were read
 #: off one non-private pilot run (seed 0): about the 99th percentile of |weight|, the largest |update coordinate| and
-#: the median update norm; not tuned per mechanism (stated in the chapter).
+#: the median update norm; tuned per method and grid point on validation when ``range_factors`` has more than one
+#: value. ``sign_step``: LdpSign's server step η per round (a fifth of the update range; tuned with ``lr_factors``).
 SETTINGS: dict[str, dict[str, Any]] = {
     "adult": {"dataset": "adult", "model": "logreg", "n_clients": 50, "rounds": 20, "local_epochs": 1,
               "batch_size": 32, "optimizer": "sgd", "lr": 0.1, "n_train": None, "n_test": None,
-              "radius": 0.5, "update_radius": 0.05, "clip": 0.1},
+              "radius": 0.5, "update_radius": 0.05, "clip": 0.1, "sign_step": 0.01},
     "mnist": {"dataset": "mnist", "model": "cnn_small", "n_clients": 20, "rounds": 10, "local_epochs": 1,
               "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "n_train": 6000, "n_test": 2000,
-              "radius": 0.15, "update_radius": 0.05, "clip": 0.3},
+              "radius": 0.15, "update_radius": 0.05, "clip": 0.3, "sign_step": 0.01},
 }
 
 #: The methods, in the tables' order: name -> (shown name, where it comes from).
@@ -90,6 +99,8 @@ METHODS: dict[str, tuple[str, str]] = {
     "piecewise": ("Piecewise (= PD-LDPFL with a public bound)", "Wang et al. 2019; PD-LDPFL (Wang et al. 2024)"),
     "hybrid": ("Hybrid", "Wang et al. 2019; FedSel's HM"),
     "gaussian": ("Gaussian (ε, δ)", "Wu et al. 2023 (IID clients), analytic calibration"),
+    "ldpsign": ("LdpSign: signs of updates, majority vote", "Jin et al. 2020; Wu et al. 2023 (non-IID clients)"),
+    "two_point_sign": ("Two-point on updates, majority vote", "control: LdpSign's server rule, LDP-FL's report"),
     "pairs": ("Two-point, correlated pairs", "CoQ-FL / CorBin-FL, Algorithm 1"),
     "fedsel": ("FedSel: one coordinate (EXP + Piecewise)", "Liu et al. 2020, Algorithm 1"),
     "central": ("Central DP-FedAvg (trusted server)", "McMahan et al. 2018, Algorithm 1"),
@@ -136,7 +147,8 @@ class ComparisonConfig(FedAvgConfig):
     ``epsilon_select`` for the choice, ``epsilon`` for the value by ``mechanism`` within ``range``; sends updates) or
     "central" (:class:`~ldptut.central.ClipUpdate` at ``clip``, the server's :class:`~ldptut.central.NoisyMean` at
     ``noise_multiplier``; sends updates). ``scale_epsilon``: the grid point, ε per weight per round, this run is
-    calibrated to (the module docstring says how each method is; None for the non-private runs)."""
+    calibrated to (the module docstring says how each method is; None for the non-private runs). ``server_step``:
+    LdpSign's step η (needed exactly when ``mechanism="ldpsign"``, which sends updates)."""
 
     kind: ClassVar[str] = "comparison"
 
@@ -146,6 +158,7 @@ class ComparisonConfig(FedAvgConfig):
     clip: Optional[float] = None
     noise_multiplier: Optional[float] = None
     scale_epsilon: Optional[float] = None
+    server_step: Optional[float] = None
 
     def __post_init__(self) -> None:
         one_of(self.report, "report", REPORTS)
@@ -165,6 +178,13 @@ class ComparisonConfig(FedAvgConfig):
             raise ValueError(f"report={self.report!r} sends updates: set send='updates'")
         if self.scale_epsilon is not None:
             _epsilon(self.scale_epsilon, "scale_epsilon")
+        if self.mechanism == "ldpsign" and self.server_step is None:
+            raise ValueError("server_step is needed when mechanism='ldpsign' (the server's sign step η)")
+        if self.server_step is not None:
+            _epsilon(self.server_step, "server_step")
+            if self.report != "each" or self.send != "updates" or self.mechanism in (None, "clip"):
+                raise ValueError("server_step (the majority vote's step) is for perturbed updates: report='each', "
+                                 "send='updates' and a mechanism")
         super().__post_init__()
 
     @property
@@ -180,6 +200,8 @@ class ComparisonConfig(FedAvgConfig):
             return "fedavg"
         if self.mechanism == "two_point" and isinstance(self.range, GlobalModelRange):
             return "two_point_adaptive"
+        if self.mechanism == "two_point" and self.server_step is not None:
+            return "two_point_sign"
         return self.mechanism
 
     def privatizer(self):
@@ -198,6 +220,8 @@ class ComparisonConfig(FedAvgConfig):
     def server_rule(self):
         if self.report == "central":
             return NoisyMean(clip=self.clip, noise_multiplier=self.noise_multiplier)
+        if self.server_step is not None:
+            return SignOf(make_aggregator(self.aggregator), step=self.server_step)
         return self.aggregator
 
     def guarantee(self, d: int) -> Optional[Guarantee]:
@@ -269,6 +293,10 @@ def method_config(method: str, *, base: ComparisonConfig, task: str, epsilon: Op
         return base.replace(mechanism="two_point", epsilon=e, range=GlobalModelRange(), **common)
     if method == "gaussian":
         return base.replace(mechanism="gaussian", epsilon=e, delta=_delta(delta), range=fixed, **common)
+    if method in ("ldpsign", "two_point_sign"):
+        return base.replace(mechanism="ldpsign" if method == "ldpsign" else "two_point",
+                            epsilon=e, range=FixedRange(0.0, s["update_radius"]), send="updates",
+                            server_step=s["sign_step"], **common)
     if method == "pairs":
         return base.replace(mechanism="two_point", epsilon=e, range=fixed, report="pairs", **common)
     if method == "fedsel":
@@ -317,6 +345,7 @@ class Params(ChapterParams):
     delta: float = param(P.fraction, 1e-5)
     fedsel_mu: float = param(P.fraction, 0.1)
     lr_factors: list[float] = param(P.list_of(P.pos_float), [1.0])
+    range_factors: list[float] = param(P.list_of(P.pos_float), [1.0])
     validation: int = param(P.pos_int, 2000)
     tuning_seeds: list[int] = param(P.list_of(P.nonneg_int), [0])
     attack_epsilons: list[float] = param(P.list_of(P.pos_float), [1.0, 10.0])
@@ -352,29 +381,70 @@ def experiment_names(p: Mapping[str, Any]) -> list[str]:
 
 
 def tuning(p: Mapping[str, Any]) -> bool:
-    """Whether ``p`` tunes the learning rate (more than one of ``lr_factors``)."""
-    return len(set(p["lr_factors"])) > 1
+    """Whether ``p`` tunes (more than one of ``lr_factors`` or of ``range_factors``)."""
+    return len(set(p["lr_factors"])) > 1 or len(set(p["range_factors"])) > 1
+
+
+def tuned_range(c: ComparisonConfig) -> Optional[float]:
+    """The range the tuning scales in run ``c``: central DP-FedAvg's clipping norm C (and its control's), the radius of
+    a fixed range (the per-weight mechanisms', the clipping control's, FedSel's and LdpSign's update range); None where
+    the method has none (FedAvg, the adaptive range)."""
+    if c.report == "central":
+        return c.clip
+    return c.range.radius if isinstance(c.range, FixedRange) else None
+
+
+def _with_range(c: ComparisonConfig, value: float) -> ComparisonConfig:
+    if c.report == "central":
+        return c.replace(clip=value)   # the noise multiplier, hence ε, does not depend on C
+    return c.replace(range=FixedRange(c.range.center, value))
+
+
+def scaled(c: ComparisonConfig, *, step: float = 1.0, range: float = 1.0) -> ComparisonConfig:
+    """``c`` with its step times ``step`` (the clients' learning rate; LdpSign's server step η, the clients' rate only
+    scaling an update whose sign is all that is sent) and its range (:func:`tuned_range`) times ``range``."""
+    out = c.replace(server_step=c.server_step * step) if c.server_step is not None else c.replace(lr=c.lr * step)
+    r = tuned_range(c)
+    return out if r is None or range == 1.0 else _with_range(out, r * range)
+
+
+def choice(c: ComparisonConfig) -> tuple:
+    """What tuning chooses in run ``c``: (learning rate, LdpSign's server step or None, :func:`tuned_range` or
+    None)."""
+    return (c.lr, c.server_step, tuned_range(c))
+
+
+def _apply(c: ComparisonConfig, chosen: tuple) -> ComparisonConfig:
+    lr, step, r = chosen
+    out = c.replace(lr=lr, server_step=step)
+    return out if r is None else _with_range(out, r)
 
 
 def grid(p: Mapping[str, Any]) -> list[tuple[str, ComparisonConfig]]:
-    """The chapter's runs that its parameters ``p`` fix before any training. Without tuning (one ``lr_factors``):
-    every task, partition, method, grid point and seed (:func:`configs`) at the task's learning rate times that
-    factor, each named "<task> <partition>". With tuning: the "tune <task> <partition>" runs, every method at every
-    grid point and learning rate (the task's times each of ``lr_factors``), seeds ``tuning_seeds``, trained on the
-    training set less ``validation`` held-out examples and evaluated on those (never on the test set); the test runs
-    at the learning rate each method scores best with are :func:`followup`'s."""
+    """The chapter's runs that its parameters ``p`` fix before any training. Without tuning (one value in each of
+    ``lr_factors`` and ``range_factors``): every task, partition, method, grid point and seed (:func:`configs`) with
+    its step and range scaled by those factors (:func:`scaled`), each named "<task> <partition>". With tuning: the
+    "tune <task> <partition>" runs, every method at every grid point, step factor and range factor (methods without a
+    range once per step), seeds ``tuning_seeds``, trained on the training set less ``validation`` held-out examples
+    and evaluated on those (never on the test set); the test runs at each method's best choice are
+    :func:`followup`'s."""
     p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     out = []
     for task, partition, alpha, name in _experiments(p):
-        lr = SETTINGS[task]["lr"]
         if not tuning(p):
-            f = p["lr_factors"][0]
-            out += [(name, c if f == 1.0 else c.replace(lr=lr * f))
-                    for c in _configs(p, task, partition, alpha, p["seeds"])]
+            f, g = p["lr_factors"][0], p["range_factors"][0]
+            out += [(name, scaled(c, step=f, range=g)) for c in _configs(p, task, partition, alpha, p["seeds"])]
             continue
         val = [c.replace(validation=p["validation"], n_test=None) for c in
                _configs(p, task, partition, alpha, p["tuning_seeds"])]
-        out += [(f"tune {name}", c.replace(lr=lr * f)) for f in sorted(set(p["lr_factors"])) for c in val]
+        seen = set()
+        for f in sorted(set(p["lr_factors"])):
+            for g in sorted(set(p["range_factors"])):
+                for c in val:
+                    t = scaled(c, step=f, range=g)
+                    if t.key() not in seen:   # a method without a range: once per step
+                        seen.add(t.key())
+                        out.append((f"tune {name}", t))
     return out
 
 
@@ -382,62 +452,96 @@ def _setting(c: ComparisonConfig) -> tuple:
     return (c.dataset, c.partition, c.method, c.scale_epsilon)
 
 
-def choose_lr(tune: pd.DataFrame) -> dict[tuple, Optional[float]]:
-    """The learning rate per (data set, partition, method, grid point) from the tuning runs (validation split): the
+def _scores(g: pd.DataFrame) -> dict:
+    """{choice: mean final validation accuracy over the tuning seeds} of the choices none of whose runs diverged."""
+    ch = g["config"].map(choice)
+    return {k: float(h["accuracy"].mean()) for k, h in g.groupby(ch, sort=False, dropna=False)
+            if not h["diverged"].any()}
+
+
+def _rank(k: tuple, score: float) -> tuple:
+    lr, step, r = k
+    return (score, -(step if step is not None else lr), -(r if r is not None else 0.0))
+
+
+def choose(tune: pd.DataFrame) -> dict[tuple, Optional[tuple]]:
+    """Each (data set, partition, method, grid point)'s :func:`choice` from the tuning runs (validation split): the
     one whose runs have the highest mean final validation accuracy over the tuning seeds, among those none of whose
-    runs diverged; ties go to the smaller rate. None where every rate diverged on some seed. Never reads the test set
-    (``ValueError`` if a row was evaluated on it)."""
+    runs diverged; ties go to the smaller step, then the smaller range. None where every choice diverged on some seed.
+    Never reads the test set (``ValueError`` if a row was evaluated on it)."""
     if not len(tune):
         return {}
     if tune["config"].map(lambda c: c.validation is None).any():
-        raise ValueError("choose_lr takes the tuning runs only (evaluated on the validation split); some rows were "
+        raise ValueError("choose takes the tuning runs only (evaluated on the validation split); some rows were "
                          "evaluated on the test set")
-    out: dict[tuple, Optional[float]] = {}
-    key = tune["config"].map(_setting)
-    for k, g in tune.groupby(key, sort=False):
-        lr = g["config"].map(lambda c: c.lr)
-        score = {r: float(h["accuracy"].mean()) for r, h in g.groupby(lr) if not h["diverged"].any()}
-        out[k] = max(score, key=lambda r: (score[r], -r)) if score else None
+    out: dict[tuple, Optional[tuple]] = {}
+    for k, g in tune.groupby(tune["config"].map(_setting), sort=False):
+        score = _scores(g)
+        out[k] = max(score, key=lambda c: _rank(c, score[c])) if score else None
     return out
 
 
 def followup(p: Mapping[str, Any], tune: pd.DataFrame) -> list[tuple[str, ComparisonConfig]]:
-    """The test runs of a tuned grid: every method at every grid point and seed of ``seeds`` at the learning rate
-    :func:`choose_lr` picks from ``tune`` (the stored "tune ..." runs of ``grid(p)``; rows of other experiments are
-    ignored when it has an ``experiment`` column); a setting whose every rate diverged on validation runs at the task's
-    rate (its test runs then show how it fares, diverged or not). Nothing without tuning (the grid holds the test runs
-    then)."""
+    """The test runs of a tuned grid: every method at every grid point and seed of ``seeds`` with the step and range
+    :func:`choose` picks from ``tune`` (the stored "tune ..." runs of ``grid(p)``; rows of other experiments are
+    ignored when it has an ``experiment`` column); a setting whose every choice diverged on validation runs at the
+    task's step and range (its test runs then show how it fares, diverged or not). Nothing without tuning (the grid
+    holds the test runs then)."""
     p = Params.of(p)  # checked: a notebook's names, a parameter file over the defaults, or a Params
     if not tuning(p):
         return []
     if "experiment" in tune:
         tune = tune[tune["experiment"].str.startswith("tune ")]
-    best = choose_lr(tune)
+    best = choose(tune)
     out = []
     for task, partition, alpha, name in _experiments(p):
         for c in _configs(p, task, partition, alpha, p["seeds"]):
-            lr = best.get(_setting(c))
-            out.append((name, c if lr is None else c.replace(lr=lr)))
+            chosen = best.get(_setting(c))
+            out.append((name, c if chosen is None else _apply(c, chosen)))
     return out
 
 
-def lr_table(tune: pd.DataFrame) -> pd.DataFrame:
-    """The tuning runs' mean final validation accuracy (%) per method and grid point (rows) and learning rate
-    (columns), the chosen rate marked with a star; diverged runs counted as missing."""
+def tuning_table(tune: pd.DataFrame, *, task_choice: bool = True) -> pd.DataFrame:
+    """Per setting, method and grid point (rows): the chosen step (learning rate, or LdpSign's server step η) and
+    range (r, or C), the mean final validation accuracy (%) of that choice and of the task's own step and range
+    (``task_choice``; "diverged" where a run did), and how many of the choices tried diverged."""
     if not len(tune):
         return pd.DataFrame()
-    best = choose_lr(tune)
+    best = choose(tune)
     rows = {}
     for k, g in tune.groupby(tune["config"].map(_setting), sort=False):
         ds, part, m, e = k
         label = (f"{ds} {part}", METHODS[m][0], "—" if e is None else f"{e:g}")
-        for lr, h in g.groupby(g["config"].map(lambda c: c.lr)):
-            acc = h["accuracy"].where(~h["diverged"]).mean()
-            rows.setdefault(label, {})[f"lr {lr:g}"] = ("diverged" if math.isnan(acc) else f"{acc:.1f}") + (
-                " *" if best.get(k) == lr else "")
+        score = _scores(g)
+        chosen = best.get(k)
+        tried = set(g["config"].map(choice))
+        row = {"step chosen": "—" if chosen is None else f"{chosen[1] if chosen[1] is not None else chosen[0]:g}"
+               + (" (η)" if chosen is not None and chosen[1] is not None else ""),
+               "range chosen": "—" if chosen is None or chosen[2] is None else f"{chosen[2]:g}",
+               "validation accuracy (%)": "diverged" if chosen is None else f"{score[chosen]:.1f}"}
+        if task_choice:
+            home = choice(_apply(g["config"].iloc[0], _task_choice(g["config"].iloc[0])))
+            row["at the task's step and range (%)"] = (f"{score[home]:.1f}" if home in score else
+                                                       "diverged" if home in tried else "not tried")
+        row["choices diverged"] = f"{len(tried) - len(score)} of {len(tried)}"
+        rows[label] = row
     out = pd.DataFrame.from_dict(rows, orient="index")
     out.index = pd.MultiIndex.from_tuples(out.index, names=["setting", "method", "ε per weight per round"])
-    return out[sorted(out.columns, key=lambda c: float(c.split()[1]))].fillna("")
+    return out
+
+
+def _task_choice(c: ComparisonConfig) -> tuple:
+    """The task's own (learning rate, server step, range) for ``c``'s method (:data:`SETTINGS`)."""
+    s = SETTINGS[c.dataset]
+    r = tuned_range(c)
+    if r is not None:
+        if c.report == "central":
+            r = s["clip"]
+        elif c.report == "select" or c.server_step is not None:
+            r = s["update_radius"]
+        else:
+            r = s["radius"]
+    return (s["lr"], s["sign_step"] if c.server_step is not None else None, r)
 
 
 # ------------------------------------------------------------------------------------ the scale and the tables
@@ -544,9 +648,10 @@ def audit_table(epsilon: float, *, delta: float = 1e-5, inputs: int = 21, d: int
     """Each mechanism's realised privacy at ``epsilon`` per weight per round (one coordinate, range [-1, 1]), one row
     each: the claimed guarantee, what the audit finds and how.
 
-    * Two-point, Laplace, Piecewise, Hybrid: exact, the largest P[y | x] / P[y | x'] over ``inputs`` evenly spaced
-      inputs and every output (:func:`ldptut.audits.exact_ldp_audit`), of the law the sampler realises where the
-      mechanism states it (the grid laws' counts of 2^24 uniforms), else of its exact output law.
+    * Two-point, Laplace, Piecewise, Hybrid, LdpSign (exact calibration): exact, the largest P[y | x] / P[y | x']
+      over ``inputs`` evenly spaced inputs and every output (:func:`ldptut.audits.exact_ldp_audit`), of the law the
+      sampler realises where the mechanism states it (the grid laws' counts of 2^24 uniforms; LdpSign's less likely
+      report rounded up to 2^-24), else of its exact output law.
     * Gaussian: the exact δ at the claimed ε of the realised grid law between the ends of the range
       (:func:`ldptut.audits.exact_delta_audit`).
     * Correlated pairs: a client's own report (exact, its marginal is the two-point law) and the **joint view** of the
@@ -559,7 +664,7 @@ def audit_table(epsilon: float, *, delta: float = 1e-5, inputs: int = 21, d: int
     """
     from ..attacks import floating_point_attack, textbook_laplace
     from ..audits import exact_delta_audit, exact_ldp_audit
-    from ..mechanisms import CorrelatedTwoPoint, Gaussian, Hybrid, Laplace, Piecewise, TwoPoint
+    from ..mechanisms import CorrelatedTwoPoint, Gaussian, Hybrid, Laplace, LdpSign, Piecewise, TwoPoint
     from ..selection import ExponentialSelection, PerturbedEncoding
 
     e = _epsilon(epsilon)
@@ -567,7 +672,8 @@ def audit_table(epsilon: float, *, delta: float = 1e-5, inputs: int = 21, d: int
     rows = []
     unit = "per weight per round"
     for name, mech in (("two_point", TwoPoint(epsilon=e)), ("laplace", Laplace(epsilon=e)),
-                       ("piecewise", Piecewise(epsilon=e)), ("hybrid", Hybrid(epsilon=e))):
+                       ("piecewise", Piecewise(epsilon=e)), ("hybrid", Hybrid(epsilon=e)),
+                       ("ldpsign", LdpSign(epsilon=e))):
         realised = hasattr(mech, "realized_distribution")
         a = exact_ldp_audit(_Realised(mech) if realised else mech, xs)
         rows.append({"method": METHODS[name][0], "claimed": f"ε = {e:g} {unit}",
@@ -615,7 +721,8 @@ def audit_table(epsilon: float, *, delta: float = 1e-5, inputs: int = 21, d: int
 
 # ------------------------------------------------------------------------------------ the decision and the figure
 #: The local methods (the client trusts no one): what the decision table chooses among.
-LOCAL = ("two_point", "two_point_adaptive", "laplace", "piecewise", "hybrid", "gaussian", "pairs", "fedsel")
+LOCAL = ("two_point", "two_point_adaptive", "laplace", "piecewise", "hybrid", "gaussian", "ldpsign", "two_point_sign",
+         "pairs", "fedsel")
 
 
 def _mean_ci(values: pd.Series) -> tuple[float, float, float]:
@@ -738,10 +845,12 @@ def cost_table(epsilons: Sequence[float], *, delta: float = 1e-5, draws: int = 2
     the variance of the report (the law the package samples, closed form), the same measured from ``draws`` seeded
     draws, the ideal continuous mechanism's variance where it differs, and the bits one report takes
     (⌈log2 K⌉ for K possible reports). The correlated pairs report like the two-point mechanism (their gain is in the
-    pair's mean), FedSel sends one index and one value for the whole model, central DP-FedAvg the clear update."""
+    pair's mean), FedSel sends one index and one value for the whole model, central DP-FedAvg the clear update.
+    LdpSign's ±1 is read as σ √(π/2) y (unbiased to first order at 0, E[y | w] = 2Φ(w/σ) - 1 ≈ w / (σ √(π/2))); its
+    row is that reading's variance, π σ² / 2."""
     import math as _m
 
-    from ..mechanisms import Gaussian, Hybrid, Laplace, Piecewise, TwoPoint
+    from ..mechanisms import Gaussian, Hybrid, Laplace, LdpSign, Piecewise, TwoPoint
     from ..rng import generator
 
     rows = []
@@ -749,12 +858,13 @@ def cost_table(epsilons: Sequence[float], *, delta: float = 1e-5, draws: int = 2
     for e in epsilons:
         for name, mech in (("two_point", TwoPoint(epsilon=e)), ("laplace", Laplace(epsilon=e)),
                            ("piecewise", Piecewise(epsilon=e)), ("hybrid", Hybrid(epsilon=e)),
-                           ("gaussian", Gaussian(epsilon=e, delta=delta))):
+                           ("gaussian", Gaussian(epsilon=e, delta=delta)), ("ldpsign", LdpSign(epsilon=e))):
             values, _ = mech.output_distribution(torch.zeros(1, dtype=torch.float64))
-            y = mech.privatize(x, generator(seed, f"cost {name} {e}"))
+            read = mech.sigma * _m.sqrt(_m.pi / 2) if name == "ldpsign" else 1.0   # the server's reading of ±1
+            y = read * mech.privatize(x, generator(seed, f"cost {name} {e}"))
             ideal = getattr(mech, "ideal_variance", None)
             rows.append({"mechanism": METHODS[name][0], "ε per weight per round": e,
-                         "variance (sampled law)": float(mech.variance(torch.tensor(0.0, dtype=torch.float64))),
+                         "variance (sampled law)": read ** 2 * float(mech.variance(torch.tensor(0.0, dtype=torch.float64))),
                          f"variance measured ({draws:,} draws)": float(y.var()),
                          "variance (ideal mechanism)": float(ideal(torch.tensor(0.0, dtype=torch.float64)))
                          if ideal is not None else float("nan"),
@@ -782,8 +892,8 @@ def attack_reports(epsilon: float, *, d: int, methods: Sequence[str] = tuple(MET
     e = _epsilon(epsilon)
     out = {}
     for m in methods:
-        if m in CONTROLS + ("two_point_adaptive", "pairs"):
-            continue   # no privacy, or the same report law as a row below (the adaptive range is a range rule)
+        if m in CONTROLS + ("two_point_adaptive", "pairs", "two_point_sign"):
+            continue   # no privacy, or the same report law as a row below (a range or server rule)
         name = METHODS[m][0]
         if m == "central":
             out[name] = Report("central")
@@ -791,6 +901,8 @@ def attack_reports(epsilon: float, *, d: int, methods: Sequence[str] = tuple(MET
             out[name] = Report("fedsel", epsilon=(1 - mu) * d * e, epsilon_select=mu * d * e, radius=ATTACK_RADIUS)
         elif m == "gaussian":
             out[name] = Report("gaussian", epsilon=e, delta=delta, radius=ATTACK_RADIUS)
+        elif m == "ldpsign":
+            out[name] = Report("ldpsign", epsilon=e, radius=ATTACK_RADIUS)   # exact calibration, as in the grid
         else:
             out[name] = Report(m, epsilon=e, radius=ATTACK_RADIUS)
     return out
