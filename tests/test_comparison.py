@@ -200,6 +200,10 @@ def test_tuning_runs_are_on_validation_and_the_followup_takes_the_best_rate():
     assert (row["step chosen"], row["range chosen"], row["validation accuracy (%)"]) == ("0.2", f"{r:g}", "80.0")
     assert row["at the task's step and range (%)"] == "79.0" and row["choices diverged"] == "0 of 3"
     assert shown.loc[("adult iid", C.METHODS["fedsel"][0], "1"), "choices diverged"] == "1 of 3"
+    # every choice is at an end of the rates tried (laplace 2x, fedsel and fedavg 0.5x); at the middle rate none
+    assert C.at_edge(table, p) == (3, 3)
+    middle = table.assign(accuracy=table["config"].map(lambda c: 90.0 if c.lr == 0.1 else 50.0))
+    assert C.at_edge(middle, p) == (0, 3)
     with pytest.raises(ValueError, match="test set"):
         C.choose(table.assign(config=table["config"].map(lambda c: c.replace(validation=None))))
 

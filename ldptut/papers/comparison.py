@@ -58,7 +58,7 @@ from . import corbin as _corbin, ldp_fl as _ldp_fl, pd_ldpfl as _pd_ldpfl
 __all__ = ["PAPER", "SETTINGS", "METHODS", "REPORTS", "REPORTED", "ComparisonConfig", "method_config", "configs",
            "Params", "grid", "compare", "dimension", "scale_row", "scales_frame", "accuracy_table",
            "constant_accuracy", "base_config", "CONTROLS", "tuning", "choose", "choice", "scaled", "tuned_range",
-           "followup", "experiment_names", "tuning_table", "audit_table", "D_AUDIT", "LOCAL", "decision_table",
+           "followup", "experiment_names", "tuning_table", "at_edge", "audit_table", "D_AUDIT", "LOCAL", "decision_table",
            "plot_accuracy", "seconds_per_round", "cost_table", "ATTACK_MODEL", "ATTACK_RADIUS", "attack_reports",
            "client_weights", "leak_table"]
 
@@ -530,6 +530,26 @@ def tuning_table(tune: pd.DataFrame, *, task_choice: bool = True) -> pd.DataFram
     return out
 
 
+def at_edge(tune: pd.DataFrame, p: Mapping[str, Any]) -> tuple[int, int]:
+    """(how many, of how many) settings' :func:`choose` choices lie at an end of the factors ``p`` tried (the step's
+    ``lr_factors`` or the range's ``range_factors``, where more than one was tried): for those the best may lie beyond
+    the grid."""
+    best = choose(tune)
+    steps, ranges = sorted(set(p["lr_factors"])), sorted(set(p["range_factors"]))
+    first = {_setting(c): c for c in tune["config"]}
+    n = edge = 0
+    for k, chosen in best.items():
+        if chosen is None:
+            continue
+        n += 1
+        lr0, step0, r0 = _task_choice(first[k])
+        f_step = chosen[1] / step0 if chosen[1] is not None else chosen[0] / lr0
+        ends = [(f_step, steps)] + ([(chosen[2] / r0, ranges)] if chosen[2] is not None else [])
+        edge += any(len(fs) > 1 and (math.isclose(f, fs[0], rel_tol=1e-9) or math.isclose(f, fs[-1], rel_tol=1e-9))
+                    for f, fs in ends)
+    return edge, n
+
+
 def _task_choice(c: ComparisonConfig) -> tuple:
     """The task's own (learning rate, server step, range) for ``c``'s method (:data:`SETTINGS`)."""
     s = SETTINGS[c.dataset]
@@ -799,6 +819,8 @@ def plot_accuracy(runs: pd.DataFrame, *, experiment: str, d: int, constant: Opti
     acc = runs["accuracy"].where(~runs["diverged"])
     markers = "osD^v<>pP*X"
     shown = [x for x in methods if x not in CONTROLS]
+    palette = plt.get_cmap("tab20").colors
+    colours = [palette[(2 * i) % 20 + (2 * i) // 20] for i in range(len(shown))]   # dark shades first, then light
     for i, m in enumerate(shown):
         sel = method == m
         if not sel.any():
@@ -810,8 +832,9 @@ def plot_accuracy(runs: pd.DataFrame, *, experiment: str, d: int, constant: Opti
                [s[2] - s[0] if math.isfinite(s[2]) else 0 for s in stats]]
         style = "--" if m == "central" else "-"
         dodge = 1.0 + 0.035 * (i - (len(shown) - 1) / 2)   # side by side at each grid point (log axis)
-        ax.errorbar([p * dodge for p in pts], mean, yerr=err, marker=markers[i % len(markers)], linestyle=style, capsize=3, ms=4,
-                    label=METHODS[m][0], lw=1.2)
+        ax.errorbar([p * dodge for p in pts], mean, yerr=err, marker=markers[i % len(markers)], linestyle=style,
+                    capsize=3, ms=4, label=METHODS[m][0], lw=1.2,
+                    color="black" if m == "central" else colours[i])
     fed = _mean_ci(acc[method == "fedavg"])[0]
     if math.isfinite(fed):
         ax.axhline(fed, color="black", lw=1, label="FedAvg, no privacy")
