@@ -25,9 +25,10 @@ the client's update, calibrated **exactly** to ε_w per weight per round (σ fro
 weights, as in Wu et al.'s Algorithm 2, the model itself would be a sign vector.
 
 **Tuning** (the chapter's paper-scale pages). On a validation split, never the test set, each method's step (the
-clients' learning rate; LdpSign's server step η) and its range (the fixed range r of the per-weight mechanisms and of
+clients' learning rate; the majority vote's server step η) and its range (the fixed range r of the per-weight mechanisms and of
 the clipping control, the update range of FedSel and LdpSign, central DP-FedAvg's clipping norm C) are chosen per grid
-point from the task's value times factors (``lr_factors``, ``range_factors``); the test runs use the choice.
+point from the task's value times factors (``lr_factors``, ``range_factors``); the test runs use the choice. The
+two-point majority vote is the control for LdpSign: the same updates, range and server rule with the two-point report.
 
 Each run's configuration is a :class:`ComparisonConfig` (a FedAvg run with its report: "each" coordinate perturbed,
 correlated "pairs", FedSel's one "select"-ed coordinate, or "central" clipping with the server's noise), and every
@@ -148,7 +149,8 @@ class ComparisonConfig(FedAvgConfig):
     "central" (:class:`~ldptut.central.ClipUpdate` at ``clip``, the server's :class:`~ldptut.central.NoisyMean` at
     ``noise_multiplier``; sends updates). ``scale_epsilon``: the grid point, ε per weight per round, this run is
     calibrated to (the module docstring says how each method is; None for the non-private runs). ``server_step``:
-    LdpSign's step η (needed exactly when ``mechanism="ldpsign"``, which sends updates)."""
+    the majority vote's step η (the server moves each weight by η in the sign of the mean report): needed by LdpSign,
+    allowed for any perturbed report of updates (the two-point control); None for the plain mean."""
 
     kind: ClassVar[str] = "comparison"
 
