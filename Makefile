@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 BOOK_STAMP := $(VENV)/.ldptut-book        # the package and the book extra
-STAMP  := $(VENV)/.ldptut-installed       # and the test, sweep and check extras
+STAMP  := $(VENV)/.ldptut-installed       # and the test, sweep, check and flower extras
 # Datasets the chapters' default runs read (converted once into data/).
 BOOK_DATASETS ?= mnist fashion_mnist cifar10
 # Chapter notebooks (paper-scale runs under book/runs/ are rendered, never re-executed).
@@ -24,7 +24,7 @@ THREAD_ENV = $(if $(TORCH_THREADS),OMP_NUM_THREADS=$(TORCH_THREADS) MKL_NUM_THRE
 venv: $(STAMP)
 
 # make book installs the book's packages only (jupyter-book, papermill: 136 s on a fresh clone); the targets that
-# test, sweep or check add the other extras (Ray, pytest, selenium: 22 s more).
+# test, sweep or check add the other extras (Ray, pytest, selenium, Flower).
 $(BOOK_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -32,7 +32,7 @@ $(BOOK_STAMP): pyproject.toml
 	touch $(BOOK_STAMP)
 
 $(STAMP): $(BOOK_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[book,test,sweep,check]'
+	$(BIN)/python -m pip install --quiet -e '.[book,test,sweep,check,flower]'
 	touch $(STAMP)
 
 data: $(BOOK_STAMP)

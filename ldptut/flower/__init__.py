@@ -1,0 +1,17 @@
+"""The book's mechanisms in a Flower federation (optional extra ``flower``: ``pip install -e '.[flower]'``).
+
+:class:`PrivatizerMod` is a Flower client Mod that applies any of the book's privatizers (a mechanism with its range
+rule, or central DP-FedAvg's clipping) to a client's fit result, with that client's own random stream, and records the
+ε it spent, with its unit, in the fit metrics. The base install does not need Flower: importing this package without
+it raises an ``ImportError`` that says how to install it.
+"""
+from __future__ import annotations
+
+try:
+    import flwr  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("ldptut.flower needs Flower: pip install -e '.[flower]' (the optional extra 'flower')") from e
+
+from .mod import PrivatizerMod, fit_config
+
+__all__ = ["PrivatizerMod", "fit_config"]
