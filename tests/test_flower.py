@@ -93,6 +93,7 @@ def test_the_mod_rewrites_a_fit_reply_and_adds_the_epsilon_it_spent():
     got = np.concatenate([a.reshape(-1) for a in parameters_to_ndarrays(res.parameters)])
     np.testing.assert_array_equal(got, _engine_output(priv, mod, round=2, client=4, send="weights"))
     assert res.metrics["loss"] == 0.5 and math.isclose(res.metrics["epsilon_round"], 4.0)
+    assert res.metrics["client_id"] == 4
     assert res.num_examples == 10
 
 
@@ -108,3 +109,59 @@ def test_the_mod_names_what_is_missing():
         PrivatizerMod(LocalPerturbation(mechanism=TwoPoint, epsilon=1.0), seed=-1)
     with pytest.raises(ValueError, match="shapes"):
         mod.privatize(TRAINED[:1], RECEIVED, round=1, client=0, num_examples=1)
+
+
+# ------------------------------------------------------------------------------ the server rules as a strategy
+def _results(vectors: dict[int, np.ndarray]) -> list:
+    """Fit results as a strategy receives them: (proxy, FitRes) with each client's id in its metrics (unordered)."""
+    out = []
+    for cid in sorted(vectors, reverse=True):
+        v = vectors[cid]
+        arrays = [v[:6].reshape(2, 3).astype(np.float32), v[6:].astype(np.float32)]
+        out.append((None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 10 + cid, {"client_id": cid})))
+    return out
+
+
+@pytest.mark.parametrize("which, send", [("smoothed", "weights"), ("weighted", "weights"), ("weighted", "updates"),
+                                         ("selection", "weights"), ("selection", "updates"), ("sign", "updates")])
+def test_the_strategy_aggregates_as_the_engines_rule_on_fixed_inputs(which, send):
+    from ldptut.fl import RoundContext, SignOf, SmoothedMean, mean_aggregator
+    from ldptut.flower import ServerRule
+    from ldptut.papers.personalized_ldp_fl import ProbabilitySelection, WeightedBySigma
+    from ldptut.rng import round_generator
+
+    sigmas = [1.0, 2.0, 4.0, 8.0]
+    rule = {"smoothed": SmoothedMean(0.3), "weighted": WeightedBySigma(sigmas),
+            "selection": ProbabilitySelection(sigmas, reading="max/client"),
+            "sign": SignOf(mean_aggregator, step=0.01)}[which]
+    strategy = ServerRule(rule, seed=5, send=send, initial_parameters=ndarrays_to_parameters(RECEIVED))
+    strategy._current = RECEIVED
+    rng = np.random.default_rng(0)
+    vectors = {cid: rng.normal(size=8) for cid in (0, 2, 3)}
+    params, metrics = strategy.aggregate_fit(4, _results(vectors), [])
+    got = np.concatenate([a.reshape(-1) for a in parameters_to_ndarrays(params)])
+    # the engine's call: rows by client id, the round's global model, the server's stream of round 4
+    glob = torch.cat([torch.as_tensor(a).reshape(-1) for a in RECEIVED])
+    payloads = torch.stack([torch.as_tensor(vectors[c], dtype=torch.float32) for c in (0, 2, 3)])
+    if send == "updates":
+        payloads = payloads - glob
+    ctx = RoundContext(round=4, client_ids=torch.tensor([0, 2, 3]), layout=None, global_vector=glob, generators=[],
+                       send=send, num_samples=torch.tensor([10.0, 12.0, 13.0]),
+                       server_generator=round_generator(5, 4, "server"), seed=5)
+    vec, want_metrics = rule(payloads, context=ctx)
+    want = (glob + vec if send == "updates" else vec).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
+    assert metrics == want_metrics
+
+
+def test_the_strategy_names_a_missing_client_id():
+    from ldptut.fl import mean_aggregator
+    from ldptut.flower import ServerRule
+
+    strategy = ServerRule(mean_aggregator, seed=0)
+    strategy._current = RECEIVED
+    bad = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(TRAINED), 10, {}))]
+    with pytest.raises(ValueError, match="client_id"):
+        strategy.aggregate_fit(1, bad, [])
+    with pytest.raises(ValueError, match="send"):
+        ServerRule(mean_aggregator, seed=0, send="both")

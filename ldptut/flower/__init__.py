@@ -2,7 +2,8 @@
 
 :class:`PrivatizerMod` is a Flower client Mod that applies any of the book's privatizers (a mechanism with its range
 rule, or central DP-FedAvg's clipping) to a client's fit result, with that client's own random stream, and records the
-ε it spent, with its unit, in the fit metrics. The base install does not need Flower: importing this package without
+ε it spent, with its unit, in the fit metrics; :class:`ServerRule` is a FedAvg strategy whose aggregation is one of the
+book's server rules (CoQ-FL's smoothing, Wu et al.'s weighted mean and selection, the majority vote). The base install does not need Flower: importing this package without
 it raises an ``ImportError`` that says how to install it.
 """
 from __future__ import annotations
@@ -13,5 +14,6 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("ldptut.flower needs Flower: pip install -e '.[flower]' (the optional extra 'flower')") from e
 
 from .mod import PrivatizerMod, fit_config
+from .strategy import ServerRule
 
-__all__ = ["PrivatizerMod", "fit_config"]
+__all__ = ["PrivatizerMod", "fit_config", "ServerRule"]

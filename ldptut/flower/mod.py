@@ -50,7 +50,8 @@ class PrivatizerMod:
     ``on_fit_config_fn``), the client's id from the node config's ``client_key`` (Flower's simulation sets
     ``"partition-id"``). The fit metrics gain ``epsilon_per_coordinate`` (the privatizer's stated guarantee per
     coordinate per round, when it states one), ``epsilon_round`` (that guarantee composed over the d coordinates: ε per
-    model per round) and ``epsilon_unit``.
+    model per round), ``epsilon_unit`` and ``client_id`` (what :class:`~ldptut.flower.ServerRule` orders the clients
+    by).
 
     Parameters are float32 on the CPU, as Flower's NumPy arrays are; a privatizer's output is checked as the engine
     checks it (shape, dtype, finite)."""
@@ -118,6 +119,7 @@ class PrivatizerMod:
                                          client=int(ctxt.node_config[self.client_key]), num_examples=res.num_examples)
         res.parameters = ndarrays_to_parameters(arrays)
         res.metrics.update(metrics)
+        res.metrics["client_id"] = int(ctxt.node_config[self.client_key])   # what ServerRule stacks the clients by
         out.content = compat.fitres_to_recorddict(res, keep_input=True)
         return out
 
