@@ -682,3 +682,54 @@ def test_key_numbers_say_the_fixed_range_runs_alone():
                       ("vs epsilon", "coq_fl", 1.0, None, 0, 70.0, False), ("fixed range", "coq_fl", 1.0, None, 0, 75.0, False)])
     assert corbin.key_numbers(t)["fixed"] == "LDP-FL 80.0 (1 seed), CoQ-FL 75.0 (1 seed)"
     assert corbin.key_numbers(t.iloc[0:0])["fixed"] == "(not run)"
+
+
+# ---------------------------------------------------------------------------------------- one client at a time
+def _draw_as(mech, n=200_000, seed=0):
+    """Leader and follower drawn apart (a federation): the same shared seed, each its own coin."""
+    L, F = XL.repeat(n, 1), XF.repeat(n, 1)
+    return (mech.privatize_as(L, role="leader", shared=generator(seed, "pair"), own=generator(seed, "leader")),
+            mech.privatize_as(F, role="follower", shared=generator(seed, "pair"), own=generator(seed, "follower")))
+
+
+@pytest.mark.parametrize("nr,px", [(0, 0.5), (1, 0.5), (3, 0.3), (5, 0.5), (8, 0.5)])
+def test_clients_drawing_apart_from_a_shared_seed_have_the_pairs_exact_joint_law(nr, px):
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=nr, p_x=px)
+    n = 200_000
+    ol, of = _draw_as(mech, n)
+    lo, hi = mech.output_values(XL)
+    assert bool(((ol == lo.float()) | (ol == hi.float())).all()) and ol.dtype == torch.float32
+    _, probs = mech.joint_distribution(XL, XF)
+    pl, pf = (ol > 0), (of > 0)
+    for i, a in enumerate((~pl, pl)):
+        for j, b in enumerate((~pf, pf)):
+            assert _within((a & b).double().mean(0), probs[:, i, j], n), (i, j)
+
+
+def test_apart_draws_are_negatively_correlated_only_through_the_shared_seed():
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=5)
+    x = torch.zeros(100_000, 4)
+    ol = mech.privatize_as(x, role="leader", shared=generator(0, "pair"), own=generator(0, "a"))
+    same = mech.privatize_as(x, role="follower", shared=generator(0, "pair"), own=generator(0, "b"))
+    other = mech.privatize_as(x, role="follower", shared=generator(1, "pair"), own=generator(0, "b"))
+    # at x = 0 the exact covariance is negative; a follower with another pair's seed is independent of the leader
+    cov = float(mech.covariance(torch.zeros(1), torch.zeros(1)))
+    emp = lambda a, b: float(((a - a.mean()) * (b - b.mean())).mean())
+    assert cov < -0.5 and abs(emp(ol, same) - cov) < 0.05 and abs(emp(ol, other)) < 0.05
+
+
+def test_the_odd_client_is_the_plain_two_point_mechanism_and_bad_roles_raise():
+    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=5)
+    x = XL.repeat(1000, 1)
+    alone = mech.privatize_as(x, role="alone", shared=None, own=generator(0, "own"))
+    assert torch.equal(alone, TwoPoint(epsilon=1.0).privatize(x, generator=generator(0, "own")))
+    with pytest.raises(ValueError, match="role"):
+        mech.privatize_as(x, role="partner", shared=generator(0), own=generator(1))
+
+
+def test_apart_draws_are_seeded_and_keep_float64():
+    mech = CorrelatedTwoPoint(epsilon=2.0, radius=0.5, num_rand=4, p_x=0.4)
+    x = torch.zeros(3, 5, dtype=torch.float64)
+    a = mech.privatize_as(x, role="leader", shared=generator(0), own=generator(1))
+    b = mech.privatize_as(x, role="leader", shared=generator(0), own=generator(1))
+    assert a.dtype == torch.float64 and torch.equal(a, b)

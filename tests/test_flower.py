@@ -165,3 +165,107 @@ def test_the_strategy_names_a_missing_client_id():
         strategy.aggregate_fit(1, bad, [])
     with pytest.raises(ValueError, match="send"):
         ServerRule(mean_aggregator, seed=0, send="both")
+
+
+# ------------------------------------------------------------------------------ correlated pairs through the fit config
+def test_pairs_are_assigned_as_the_engine_pairs_its_rows_each_pair_with_its_own_seed():
+    from ldptut.fl import PairedPerturbation, RoundContext
+    from ldptut.flower import assign_pairs
+
+    for n in (1, 2, 5, 8):
+        roles = assign_pairs(n, seed=3, round=7)
+        ctx = RoundContext(round=7, client_ids=torch.arange(n), layout=None, global_vector=torch.zeros(1),
+                           generators=[], send="weights", num_samples=torch.ones(n), seed=3)
+        leaders, followers, odd = PairedPerturbation.pairs(ctx)
+        assert [roles[i][0] for i in leaders.tolist()] == ["leader"] * (n // 2)
+        assert [roles[i][0] for i in followers.tolist()] == ["follower"] * (n // 2)
+        assert (odd is None) == (n % 2 == 0) and (odd is None or roles[odd][0] == "alone")
+        seeds = [roles[i][1] for i in leaders.tolist()]
+        assert seeds == [roles[i][1] for i in followers.tolist()] and len(set(seeds)) == len(seeds)
+    assert assign_pairs(6, seed=3, round=7) == assign_pairs(6, seed=3, round=7) != assign_pairs(6, seed=3, round=8)
+
+
+class _Proxy(flwr.server.client_proxy.ClientProxy):
+    def get_properties(self, *a, **k): ...
+    def get_parameters(self, *a, **k): ...
+    def fit(self, *a, **k): ...
+    def evaluate(self, *a, **k): ...
+    def reconnect(self, *a, **k): ...
+
+
+def test_the_paired_strategy_sends_each_client_its_role_and_its_pairs_seed():
+    from flwr.server.client_manager import SimpleClientManager
+    from ldptut.flower import PairedRule, assign_pairs
+
+    manager = SimpleClientManager()
+    for cid in ("12", "3", "40", "7", "5"):
+        manager.register(_Proxy(cid))
+    strategy = PairedRule("mean", seed=2, on_fit_config_fn=fit_config, initial_parameters=None)
+    pairs = strategy.configure_fit(4, ndarrays_to_parameters(RECEIVED), manager)
+    assert [p.cid for p, _ in pairs] == ["3", "5", "7", "12", "40"]          # by node id
+    assert [(ins.config["pair_role"], ins.config["pair_seed"]) for _, ins in pairs] == assign_pairs(5, seed=2, round=4)
+    assert all(ins.config["server_round"] == 4 for _, ins in pairs)
+    assert len({id(ins.config) for _, ins in pairs}) == 5                    # one config per client
+
+
+def _pair_reports(priv, n_rows: int, *, round: int, send: str = "weights"):
+    """A leader's and a follower's reports drawn apart by two Mods (two machines), the pair's seed from the server."""
+    from ldptut.flower import assign_pairs
+
+    x_l = np.tile(np.array([-1.0, -0.4, 0.0, 0.3, 0.9], dtype=np.float32), (n_rows, 1))
+    x_f = np.tile(np.array([1.0, -0.5, 0.0, 0.31, -0.8], dtype=np.float32), (n_rows, 1))
+    received = [np.zeros_like(x_l)]
+    (role_a, seed_a), (role_b, seed_b) = assign_pairs(2, seed=9, round=round)
+    mod = PrivatizerMod(priv, seed=9, send=send)
+    by_role = {}
+    for cid, role, seed in ((0, role_a, seed_a), (1, role_b, seed_b)):
+        arrays, metrics = mod.privatize([x_l if role == "leader" else x_f], received, round=round, client=cid,
+                                        num_examples=1, pair=(role, seed))
+        by_role[role] = (arrays[0], metrics)
+    return x_l[0], x_f[0], by_role
+
+
+def test_a_pair_drawn_by_two_mods_has_the_exact_joint_law_of_the_correlated_mechanism():
+    from ldptut.fl import PairedPerturbation
+    from ldptut.mechanisms import CorrelatedTwoPoint
+
+    priv = PairedPerturbation(epsilon=1.0, range=FixedRange(0.0, 1.0), num_rand=5)
+    n = 40_000
+    x_l, x_f, by_role = _pair_reports(priv, n, round=3)
+    ol, of = by_role["leader"][0] > 0, by_role["follower"][0] > 0
+    _, probs = CorrelatedTwoPoint(epsilon=1.0, num_rand=5).joint_distribution(torch.as_tensor(x_l, dtype=torch.float64),
+                                                                             torch.as_tensor(x_f, dtype=torch.float64))
+    for i, a in enumerate((~ol, ol)):
+        for j, b in enumerate((~of, of)):
+            p = probs[:, i, j].numpy()
+            assert np.all(np.abs((a & b).mean(axis=0) - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1.0 / n), (i, j)
+    assert by_role["leader"][1]["epsilon_per_coordinate"] == 1.0
+
+
+def test_the_mod_refuses_a_pair_privatizer_without_a_pair_and_a_pair_without_one():
+    from ldptut.fl import PairedPerturbation
+
+    paired = PrivatizerMod(PairedPerturbation(epsilon=1.0), seed=0)
+    with pytest.raises(ValueError, match="PairedRule"):
+        paired.privatize(TRAINED, RECEIVED, round=1, client=0, num_examples=1)
+    plain = PrivatizerMod(LocalPerturbation(mechanism=TwoPoint, epsilon=1.0), seed=0)
+    with pytest.raises(ValueError, match="does not draw correlated pairs"):
+        plain.privatize(TRAINED, RECEIVED, round=1, client=0, num_examples=1, pair=("leader", 5))
+    with pytest.raises(ValueError, match="role"):
+        paired.privatize(TRAINED, RECEIVED, round=1, client=0, num_examples=1, pair=("partner", 5))
+
+
+def test_the_mod_reads_the_pair_from_the_fit_config_and_reports_the_role():
+    from ldptut.fl import PairedPerturbation
+
+    mod = PrivatizerMod(PairedPerturbation(epsilon=1.0, range=FixedRange(0.0, 0.5)), seed=0)
+    msg = _train_message(2)
+    fit_ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+    fit_ins.config.update({"pair_role": "follower", "pair_seed": 123})
+    msg.content = compat.fitins_to_recorddict(fit_ins, keep_input=True)
+    out = mod(msg, _context({"partition-id": 1}), _client_app)
+    res = compat.recorddict_to_fitres(out.content, keep_input=True)
+    want, _ = mod.privatize(TRAINED, RECEIVED, round=2, client=1, num_examples=10, pair=("follower", 123))
+    for a, b in zip(parameters_to_ndarrays(res.parameters), want):
+        np.testing.assert_array_equal(a, b)
+    assert res.metrics["pair_role"] == "follower" and res.metrics["client_id"] == 1

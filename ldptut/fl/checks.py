@@ -86,7 +86,9 @@ def _check_inputs(model: nn.Module, runs: Sequence[Run], x_train: torch.Tensor, 
                              f"got shape {tuple(run.initial.shape)}")
 
 
-def _privatize(privatizer: Privatizer, payloads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+def checked_privatize(privatizer: Privatizer, payloads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+    """``privatizer(payloads, context=ctx)``, refused unless it returns the payloads' shape, dtype and device, finite
+    (the engine's step 3; a Flower client's too, :class:`ldptut.flower.PrivatizerMod`)."""
     out = privatizer(payloads, context=ctx)
     if not isinstance(out, torch.Tensor) or out.shape != payloads.shape or out.dtype != payloads.dtype \
             or out.device != payloads.device:
@@ -98,7 +100,9 @@ def _privatize(privatizer: Privatizer, payloads: torch.Tensor, ctx: RoundContext
     return out
 
 
-def _aggregate(aggregator: Aggregator, payloads: torch.Tensor, ctx: RoundContext) -> tuple[torch.Tensor, dict]:
+def checked_aggregate(aggregator: Aggregator, payloads: torch.Tensor, ctx: RoundContext) -> tuple[torch.Tensor, dict]:
+    """``aggregator(payloads, context=ctx)``, refused unless it returns (a vector of d finite values, a metrics dict)
+    (the engine's step 4; a Flower server's too, :class:`ldptut.flower.ServerRule`)."""
     result = aggregator(payloads, context=ctx)
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.Tensor)
             and isinstance(result[1], dict)):

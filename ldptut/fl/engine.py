@@ -52,7 +52,7 @@ from .layout import ParamLayout, load_vector
 from .context import Aggregator, Privatizer, RoundContext
 from .aggregators import make_aggregator
 from .spec import FLConfig, FLResult, Run
-from .checks import _aggregate, _check_inputs, _privatize
+from .checks import _check_inputs, checked_aggregate, checked_privatize
 
 
 # ------------------------------------------------------------------------------------ scheduling
@@ -211,12 +211,12 @@ def _client_updates(state: SimulationState, r: int) -> tuple[list[tuple], Option
         private = run.privatizer is not None
         lost = private and not all_finite(payloads)
         if private and not lost:
-            payloads = _privatize(run.privatizer, payloads, ctx)
+            payloads = checked_privatize(run.privatizer, payloads, ctx)
         spent = state.accountants[a].step(cids, _stated_guarantees(run.privatizer, ctx))
         if lost:
             out.append((torch.full_like(glob[a], math.nan), (len(cids), {}, spent)))
             continue
-        vec, metrics = _aggregate(state.aggregators[a], payloads, ctx)
+        vec, metrics = checked_aggregate(state.aggregators[a], payloads, ctx)
         out.append((glob[a] + vec if config.send == "updates" else vec, (len(cids), metrics, spent)))
     return out, local_acc
 

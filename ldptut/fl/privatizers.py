@@ -130,6 +130,18 @@ class PairedPerturbation:
             out[odd] = mech.privatize(payloads[odd], generator=context.generators[odd])
         return out
 
+    def privatize_client(self, payload: torch.Tensor, *, context: RoundContext, role: str,
+                         shared: Optional[torch.Generator]) -> torch.Tensor:
+        """One client's report drawn on that client alone (a federation, ``ldptut.flower``): ``context`` holds this
+        client only (its own stream ``context.generators[0]``), ``role`` is its part in its pair ("leader",
+        "follower", or "alone" for the odd client) and ``shared`` the stream of the seed the pair shares
+        (:meth:`~ldptut.mechanisms.CorrelatedTwoPoint.privatize_as`). The pair's reports have the law of
+        :meth:`__call__`'s, not its numbers."""
+        if len(context.client_ids) != 1:
+            raise ValueError(f"privatize_client draws one client's report; the context holds "
+                             f"{len(context.client_ids)} clients")
+        return self.mechanism(context).privatize_as(payload, role=role, shared=shared, own=context.generators[0])
+
     def guarantee(self, context: RoundContext) -> list[Guarantee]:
         """Each client's own report: ε per coordinate per round (the joint view of a pair is not covered)."""
         g = replace(self._unit.guarantee, note="each client's own report (a pair's joint view is not ε-LDP)")

@@ -10,10 +10,13 @@ from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 
 from .._validate import integer, one_of
-from ..fl.checks import _privatize
+from ..fl.checks import checked_privatize
 from ..fl.context import RoundContext
 from ..fl.layout import ParamLayout
-from ..rng import client_generator
+from ..rng import client_generator, generator
+
+#: The fit config keys :class:`~ldptut.flower.PairedRule` sends each client of a correlated pair.
+PAIR_ROLE, PAIR_SEED = "pair_role", "pair_seed"
 
 #: What a client sends: its trained weights, or its update (trained minus the global model it received).
 SENDS = ("weights", "updates")
@@ -36,6 +39,20 @@ def _layout(arrays: list[np.ndarray]) -> ParamLayout:
 
 def _flatten(arrays: list[np.ndarray]) -> torch.Tensor:
     return torch.cat([torch.as_tensor(np.array(a, dtype=np.float32, copy=True)).reshape(-1) for a in arrays])
+
+
+class _OneOfPair:
+    """A privatizer of correlated pairs as one client of a pair draws it: its role, the stream of its pair's seed."""
+
+    def __init__(self, privatizer: Any, role: str, seed: int):
+        self.privatizer, self.role = privatizer, str(role)
+        self.shared = generator(integer(seed, PAIR_SEED, minimum=0), "pair-shared")
+
+    def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
+        return self.privatizer.privatize_client(payloads[0], context=context, role=self.role, shared=self.shared)[None]
+
+    def __repr__(self) -> str:
+        return f"{self.privatizer!r} as the {self.role}"
 
 
 class PrivatizerMod:
@@ -72,9 +89,18 @@ class PrivatizerMod:
                             send=self.send, num_samples=torch.tensor([float(num_examples)]), seed=self.seed)
 
     def privatize(self, trained: list[np.ndarray], received: list[np.ndarray], *, round: int, client: int,
-                  num_examples: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+                  num_examples: int, pair: Optional[tuple[str, int]] = None) -> tuple[list[np.ndarray], dict[str, Any]]:
         """The arrays the client sends instead of ``trained`` and the metrics it adds (the Mod without Flower's
-        messages: what the tests compare with the engine)."""
+        messages: what the tests compare with the engine). ``pair``: (role, the pair's seed) from the fit config, for
+        a privatizer of correlated pairs (:class:`ldptut.fl.PairedPerturbation`), which needs it."""
+        paired = hasattr(self.privatizer, "privatize_client")
+        if paired and pair is None:
+            raise ValueError(f"{self.privatizer!r} draws correlated pairs: each client needs its role and its pair's "
+                             f"seed in the fit config ({PAIR_ROLE!r}, {PAIR_SEED!r}); use ldptut.flower.PairedRule "
+                             "as the server's strategy")
+        if pair is not None and not paired:
+            raise ValueError(f"the fit config assigns this client a pair, but {self.privatizer!r} does not draw "
+                             "correlated pairs (use ldptut.fl.PairedPerturbation, or a strategy that does not pair)")
         if [a.shape for a in trained] != [a.shape for a in received]:
             raise ValueError("the fit result's arrays must have the shapes of the parameters the client received")
         ctx = self.context(round=round, client=client, received=received, num_examples=num_examples)
@@ -83,7 +109,10 @@ class PrivatizerMod:
         if not bool(torch.isfinite(payload).all()):
             raise FloatingPointError(f"client {client}, round {round}: the fit result is not finite; nothing to "
                                      "privatize")
-        out = _privatize(self.privatizer, payload[None], ctx)[0]
+        if pair is None:
+            out = checked_privatize(self.privatizer, payload[None], ctx)[0]
+        else:
+            out = checked_privatize(_OneOfPair(self.privatizer, *pair), payload[None], ctx)[0]
         if self.send == "updates":
             out = ctx.global_vector + out
         arrays = [out[s].reshape(shape).numpy() for s, shape in zip(ctx.layout.slices, ctx.layout.shapes)]
@@ -114,9 +143,13 @@ class PrivatizerMod:
         if out.has_error():
             return out
         res = compat.recorddict_to_fitres(out.content, keep_input=True)
+        cfg = fit_ins.config
+        pair = (str(cfg[PAIR_ROLE]), int(cfg[PAIR_SEED])) if PAIR_ROLE in cfg else None
         arrays, metrics = self.privatize(parameters_to_ndarrays(res.parameters), received,
-                                         round=int(fit_ins.config["server_round"]),
-                                         client=int(ctxt.node_config[self.client_key]), num_examples=res.num_examples)
+                                         round=int(cfg["server_round"]), client=int(ctxt.node_config[self.client_key]),
+                                         num_examples=res.num_examples, pair=pair)
+        if pair is not None:
+            metrics[PAIR_ROLE] = pair[0]
         res.parameters = ndarrays_to_parameters(arrays)
         res.metrics.update(metrics)
         res.metrics["client_id"] = int(ctxt.node_config[self.client_key])   # what ServerRule stacks the clients by

@@ -10,7 +10,7 @@ from flwr.server.strategy import FedAvg
 
 from .._validate import integer, one_of
 from ..fl.aggregators import make_aggregator
-from ..fl.checks import _aggregate
+from ..fl.checks import checked_aggregate
 from ..fl.context import RoundContext
 from ..rng import round_generator
 from .mod import SENDS, _flatten, _layout
@@ -63,7 +63,7 @@ class ServerRule(FedAvg):
                            global_vector=glob, generators=[], send=self.send,
                            num_samples=torch.tensor([n for _, _, n in rows]),
                            server_generator=round_generator(self.seed, server_round, "server"), seed=self.seed)
-        vec, metrics = _aggregate(self.rule, payloads, ctx)
+        vec, metrics = checked_aggregate(self.rule, payloads, ctx)
         if self.send == "updates":
             vec = glob + vec
         arrays = [vec[s].reshape(shape).numpy() for s, shape in zip(layout.slices, layout.shapes)]

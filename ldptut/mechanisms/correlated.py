@@ -113,6 +113,42 @@ class CorrelatedTwoPoint(TwoPoint):
         return (_to_input_dtype(out_l, leader.dtype, self, exact=True),
                 _to_input_dtype(out_f, follower.dtype, self, exact=True))
 
+    #: A client's part in a pair: :meth:`privatize_as`'s ``role``.
+    ROLES = ("leader", "follower", "alone")
+
+    def privatize_as(self, x: Tensor, *, role: str, shared: Optional[torch.Generator],
+                     own: Optional[torch.Generator]) -> Tensor:
+        """One client's report drawn on that client alone, as in a federation where each client runs on its own
+        machine and the two of a pair share only a seed (the cell rule of the class docstring, Algorithms 1-3).
+
+        Both clients of a pair draw the same shared index K per coordinate from ``shared`` (a stream seeded alike on
+        the two machines): the inverse-CDF cell of a float64 uniform (F[K] <= U < F[K+1]). Each adds its own coin V
+        from ``own`` (float64) and compares its point F[K] + (F[K+1] - F[K]) V with its cut: the leader reports
+        c + r a iff the point < P_L, the follower iff the point >= 1 - P_F. The pair's joint law is
+        :meth:`joint_distribution`, as for :meth:`privatize_pairs` (which draws the leader's K and V_L as one uniform);
+        each report alone is the two-point mechanism. ``role="alone"`` (the odd client of a round): the plain
+        two-point mechanism with ``own`` (``shared`` unused). Points and cuts in float64 (the points lie on a grid
+        of 2^-53 F-units, so the realised marginal differs from P by less than 1e-15). Returns the report in x's
+        dtype and shape."""
+        if role not in self.ROLES:
+            raise ValueError(f"role must be one of {self.ROLES}, got {role!r}")
+        if role == "alone":
+            return self.privatize(x, generator=own)
+        w = self._clipped_input(x)
+        dev = w.device
+        u = torch.rand(w.shape, generator=shared, dtype=torch.float64, device=dev)   # the pair's shared index
+        v = torch.rand(w.shape, generator=own, dtype=torch.float64, device=dev)      # this client's own coin
+        cdf = self.cdf.to(device=dev)
+        k = torch.searchsorted(cdf[1:-1], u, right=True)
+        point = v.mul_(cdf[k + 1] - cdf[k]).add_(cdf[k])                            # F[K] + (F[K+1] - F[K]) V
+        p = self.prob_plus(w).to(dev)                                                # P (float64)
+        up = point < p if role == "leader" else point >= 1.0 - p
+        c, r = self._range(w)
+        lo = c - r * self.a
+        hi = lo + 2.0 * r * self.a  # the same float as TwoPoint's and privatize_pairs' upper point
+        lo, hi = torch.as_tensor(lo, dtype=w.dtype, device=dev), torch.as_tensor(hi, dtype=w.dtype, device=dev)
+        return _to_input_dtype(torch.where(up, hi, lo), x.dtype, self, exact=True)
+
     # ---- closed forms (float64) ----------------------------------------------------------------
     def joint_distribution(self, x_leader: Any, x_follower: Any) -> Tuple[Tensor, Tensor]:
         """(values, probs): values (c - r a, c + r a) with shape ``(..., 2)``; probs of shape ``(..., 2, 2)``,

@@ -1,0 +1,54 @@
+"""CoQ-FL / CorBin-FL's correlated pairs in Flower: the server pairs the round's clients and sends each pair a seed."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from flwr.common import FitIns, Parameters
+
+from ..rng import derive_seed, round_generator
+from .mod import PAIR_ROLE, PAIR_SEED
+from .strategy import ServerRule
+
+
+def assign_pairs(n: int, *, seed: int, round: int) -> list[tuple[str, int]]:
+    """(role, the pair's seed) for each of the round's n clients, in the order given: paired by a random permutation
+    (the server's "pairing" stream, as :meth:`ldptut.fl.PairedPerturbation.pairs` pairs the engine's rows), the first
+    of each pair the leader, the second the follower, an odd client out "alone"; pair k's seed is
+    ``derive_seed(seed, "round", round, "pair-seed", k)``, so the two clients of a pair draw the same shared index
+    (:meth:`ldptut.mechanisms.CorrelatedTwoPoint.privatize_as`) and different pairs independent ones."""
+    perm = torch.randperm(n, generator=round_generator(seed, round, "pairing")).tolist()
+    out: list[tuple[str, int]] = [("alone", 0)] * n
+    for k in range(n // 2):
+        s = derive_seed(seed, "round", round, "pair-seed", k)
+        out[perm[2 * k]], out[perm[2 * k + 1]] = ("leader", s), ("follower", s)
+    return out
+
+
+class PairedRule(ServerRule):
+    """A :class:`~ldptut.flower.ServerRule` (mean by default) that also pairs the round's clients for correlated
+    reports (CoQ-FL / CorBin-FL, Algorithm 1): each sampled client's fit config gains ``pair_role`` ("leader",
+    "follower" or "alone") and ``pair_seed`` (:func:`assign_pairs`; the clients in the order of their node ids), which
+    :class:`~ldptut.flower.PrivatizerMod` hands to :class:`ldptut.fl.PairedPerturbation`.
+
+    **The server chooses the seeds here, so it knows every pair's shared index K.** With K and the leader's report it
+    sees at least what a colluding partner sees, which is not ε-LDP for the leader (the CoQ-FL chapter computes that
+    loss; it grows to ∞ with NumRand); the federation reproduces the simulation's law, not a deployment's trust model.
+    A deployment would need the two clients to agree on the seed without the server (an authenticated key agreement
+    relayed by the server, as secure aggregation's pairwise masks are) -- and even then the server's view of both
+    reports of a pair is not ε-LDP for either client (the chapter's joint-view finding): each client's guarantee covers
+    its own report only."""
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
+        clients = super().configure_fit(server_round, parameters, client_manager)
+        clients = sorted(clients, key=lambda c: int(c[0].cid) if str(c[0].cid).isdigit() else str(c[0].cid))
+        roles = assign_pairs(len(clients), seed=self.seed, round=server_round)
+        out = []
+        for (proxy, ins), (role, pair_seed) in zip(clients, roles):
+            config = dict(ins.config)   # FedAvg hands every client the same FitIns: one config per client here
+            config.update({PAIR_ROLE: role, PAIR_SEED: int(pair_seed)})
+            out.append((proxy, FitIns(ins.parameters, config)))
+        return out
+
+    def __repr__(self) -> str:
+        return "Paired" + super().__repr__()
