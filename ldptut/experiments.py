@@ -179,10 +179,12 @@ class FedAvgConfig(RunConfig):
     def build_model(self, ds: _data.Dataset) -> torch.nn.Module:
         return _models.build_model(self.model, input_shape=ds.input_shape, num_classes=ds.num_classes, seed=self.seed)
 
-    def simulate(self, ds: _data.Dataset, *, device: Any = "cpu", progress: bool = True, desc: Optional[str] = None,
-                 privatizer: Any = None, vectorize: bool | str = "auto") -> FLResult:
-        """Train this run on ``ds`` (the data set named by ``dataset``). ``privatizer`` replaces the
-        configuration's (e.g. a :class:`~ldptut.fl.RecordPayloads` around it, to inspect what is sent)."""
+    def engine_call(self, ds: _data.Dataset, *, device: Any = "cpu", progress: bool = True,
+                    desc: Optional[str] = None, privatizer: Any = None, vectorize: bool | str = "auto"
+                    ) -> tuple[FLConfig, Run, dict[str, Any]]:
+        """What :meth:`simulate` hands the round engine: ``(config, run, inputs)`` for
+        ``ldptut.fl.simulate(config, [run], **inputs)`` (inputs: the model and this run's data cut from ``ds``); a
+        Flower federation of the same run takes the same three (``ldptut.flower.simulate(config, run, **inputs)``)."""
         ds = self.data(ds)
         run = Run(seed=self.seed, partition=self.client_partition(ds.y_train, ds.num_classes),
                   privatizer=self.privatizer() if privatizer is None else privatizer, aggregator=self.server_rule())
@@ -190,8 +192,16 @@ class FedAvgConfig(RunConfig):
                           client_fraction=self.client_fraction, send=self.send, device=device, progress=progress,
                           desc=desc or self.label(), on_divergence=self.on_divergence, train_eval=self.train_eval,
                           train_eval_every=self.train_eval_every)
-        return simulate(config, [run], model=self.build_model(ds), x_train=ds.x_train, y_train=ds.y_train,
-                        x_test=ds.x_test, y_test=ds.y_test)
+        return config, run, dict(model=self.build_model(ds), x_train=ds.x_train, y_train=ds.y_train,
+                                 x_test=ds.x_test, y_test=ds.y_test)
+
+    def simulate(self, ds: _data.Dataset, *, device: Any = "cpu", progress: bool = True, desc: Optional[str] = None,
+                 privatizer: Any = None, vectorize: bool | str = "auto") -> FLResult:
+        """Train this run on ``ds`` (the data set named by ``dataset``). ``privatizer`` replaces the
+        configuration's (e.g. a :class:`~ldptut.fl.RecordPayloads` around it, to inspect what is sent)."""
+        config, run, inputs = self.engine_call(ds, device=device, progress=progress, desc=desc, privatizer=privatizer,
+                                               vectorize=vectorize)
+        return simulate(config, [run], **inputs)
 
     @classmethod
     def train_group(cls, configs: Sequence["FedAvgConfig"], *, env: TrainingEnv) -> list[pd.DataFrame]:

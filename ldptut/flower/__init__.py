@@ -17,5 +17,6 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from .mod import PrivatizerMod, fit_config
 from .strategy import ServerRule
 from .pairing import PairedRule, assign_pairs
+from .simulation import simulate
 
-__all__ = ["PrivatizerMod", "fit_config", "ServerRule", "PairedRule", "assign_pairs"]
+__all__ = ["PrivatizerMod", "fit_config", "ServerRule", "PairedRule", "assign_pairs", "simulate"]
