@@ -97,6 +97,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_corbin.py
 	$(BIN)/python benchmarks/bench_fedsel.py
 	$(BIN)/python benchmarks/bench_pd_ldpfl.py
+	$(BIN)/python benchmarks/bench_flower.py
 
 clean:
 	rm -rf _build .pytest_cache

@@ -11,6 +11,8 @@ from ldptut.papers import PAPERS, paper_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
+#: Pages after the paper chapters that belong to no paper (in _toc.yml's order, before the back matter).
+APPENDICES = ["book/flower"]
 
 
 def _toc_files() -> list[str]:
@@ -97,9 +99,11 @@ def test_the_introduction_lists_every_chapter_in_book_order():
     assert positions == sorted(positions)
     # the chapters are the notebooks of _toc.yml outside book/runs/; the back matter (glossary, references) comes last
     files = [f for f in _toc_files() if not f.startswith("book/runs/")]
-    chapters = [f for f in files if (ROOT / f"{f}.ipynb").is_file()]
+    chapters = [f for f in files if (ROOT / f"{f}.ipynb").is_file() and f not in APPENDICES]
     assert chapters == ["book/foundations"] + [m.PAPER.chapter for m in paper_modules()]
-    assert files == chapters + ["book/glossary", "book/references"]
+    assert files == chapters + APPENDICES + ["book/glossary", "book/references"]
+    for appendix in APPENDICES:   # linked from the introduction too
+        assert f"]({Path(appendix).name}.ipynb)" in (ROOT / "book" / "intro.md").read_text()
 
 
 def _run_parameter_cells(path: Path, **overrides) -> dict:

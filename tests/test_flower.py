@@ -186,7 +186,17 @@ def test_pairs_are_assigned_as_the_engine_pairs_its_rows_each_pair_with_its_own_
 
 
 class _Proxy(flwr.server.client_proxy.ClientProxy):
-    def get_properties(self, *a, **k): ...
+    """A client as the strategy sees it: its node id, and the id its PrivatizerMod reports when asked."""
+
+    def __init__(self, cid: str, client_id=None):
+        super().__init__(cid)
+        self.client_id, self.asked = client_id, 0
+
+    def get_properties(self, ins, timeout, group_id):
+        self.asked += 1
+        props = {} if self.client_id is None else {"client_id": self.client_id}
+        return flwr.common.GetPropertiesRes(Status(Code.OK, ""), props)
+
     def get_parameters(self, *a, **k): ...
     def fit(self, *a, **k): ...
     def evaluate(self, *a, **k): ...
@@ -198,14 +208,38 @@ def test_the_paired_strategy_sends_each_client_its_role_and_its_pairs_seed():
     from ldptut.flower import PairedRule, assign_pairs
 
     manager = SimpleClientManager()
-    for cid in ("12", "3", "40", "7", "5"):
-        manager.register(_Proxy(cid))
+    proxies = [_Proxy(cid, client_id) for cid, client_id in (("912", 0), ("3", 4), ("40", 1), ("7", 3), ("55", 2))]
+    for proxy in proxies:
+        manager.register(proxy)
     strategy = PairedRule("mean", seed=2, on_fit_config_fn=fit_config, initial_parameters=None)
     pairs = strategy.configure_fit(4, ndarrays_to_parameters(RECEIVED), manager)
-    assert [p.cid for p, _ in pairs] == ["3", "5", "7", "12", "40"]          # by node id
+    assert [p.cid for p, _ in pairs] == ["912", "40", "55", "7", "3"]        # by the ids the clients report
     assert [(ins.config["pair_role"], ins.config["pair_seed"]) for _, ins in pairs] == assign_pairs(5, seed=2, round=4)
     assert all(ins.config["server_round"] == 4 for _, ins in pairs)
     assert len({id(ins.config) for _, ins in pairs}) == 5                    # one config per client
+    strategy.configure_fit(5, ndarrays_to_parameters(RECEIVED), manager)
+    assert all(p.asked == 1 for p in proxies)                                # asked once
+    silent = SimpleClientManager()
+    silent.register(_Proxy("1")), silent.register(_Proxy("2"))   # FedAvg waits for 2 clients at least
+    with pytest.raises(ValueError, match="PrivatizerMod"):
+        PairedRule(seed=0, on_fit_config_fn=fit_config).configure_fit(1, ndarrays_to_parameters(RECEIVED), silent)
+
+
+def test_the_mod_answers_a_properties_query_with_the_client_id():
+    from flwr.common import GetPropertiesIns, GetPropertiesRes
+    from flwr.common.constant import MessageTypeLegacy
+
+    mod = PrivatizerMod(LocalPerturbation(mechanism=TwoPoint, epsilon=1.0), seed=0)
+    meta = Metadata(run_id=1, message_id="m2", src_node_id=0, dst_node_id=1, reply_to_message_id="", group_id="",
+                    created_at=0.0, ttl=60.0, message_type=MessageTypeLegacy.GET_PROPERTIES)
+    msg = Message(content=compat.getpropertiesins_to_recorddict(GetPropertiesIns({})), metadata=meta)
+
+    def app(m, ctxt):
+        res = GetPropertiesRes(Status(Code.OK, ""), {"other": 1})
+        return Message(content=compat.getpropertiesres_to_recorddict(res), reply_to=m)
+
+    out = mod(msg, _context({"partition-id": 6}), app)
+    assert compat.recorddict_to_getpropertiesres(out.content).properties == {"other": 1, "client_id": 6}
 
 
 def _pair_reports(priv, n_rows: int, *, round: int, send: str = "weights"):
@@ -325,6 +359,9 @@ def test_correlated_pairs_in_flower_agree_with_the_engines_within_the_seed_sprea
         f = flower.simulate(config, run, **inputs)
         e = _one_thread(fl.simulate, config, [run], **inputs)
         fed.append(f.final_accuracy), eng.append(e.final_accuracy), same.append(torch.equal(f.weights, e.weights))
+    # the federation is reproducible: the pairs are formed over the clients' ids, not Flower's random node ids
+    again = flower.simulate(config, run, **inputs)
+    assert torch.equal(again.weights, f.weights)
     fed, eng = np.array(fed), np.array(eng)
     se = math.sqrt(fed.var(ddof=1) / len(fed) + eng.var(ddof=1) / len(eng))
     assert abs(fed.mean() - eng.mean()) <= 3 * se + 0.01, (fed, eng)

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from flwr.app import Context, Message, MessageType
 from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.constant import MessageTypeLegacy
 from flwr.compat.common import recorddict_compat as compat
 
 from .._validate import integer, one_of
@@ -129,6 +130,8 @@ class PrivatizerMod:
                 "delta_round": float(whole.delta), "epsilon_unit": str(whole.unit)}
 
     def __call__(self, msg: Message, ctxt: Context, call_next: Any) -> Message:
+        if msg.metadata.message_type == MessageTypeLegacy.GET_PROPERTIES:
+            return self._add_client_id(msg, ctxt, call_next)
         if msg.metadata.message_type != MessageType.TRAIN:
             return call_next(msg, ctxt)
         fit_ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
@@ -154,6 +157,17 @@ class PrivatizerMod:
         res.metrics.update(metrics)
         res.metrics["client_id"] = int(ctxt.node_config[self.client_key])   # what ServerRule stacks the clients by
         out.content = compat.fitres_to_recorddict(res, keep_input=True)
+        return out
+
+    def _add_client_id(self, msg: Message, ctxt: Context, call_next: Any) -> Message:
+        """A properties query: the client's answer gains ``client_id`` (what :class:`~ldptut.flower.PairedRule` orders
+        the clients by before the first fit)."""
+        out = call_next(msg, ctxt)
+        if out.has_error() or self.client_key not in ctxt.node_config:
+            return out
+        res = compat.recorddict_to_getpropertiesres(out.content)
+        res.properties["client_id"] = int(ctxt.node_config[self.client_key])
+        out.content = compat.getpropertiesres_to_recorddict(res)
         return out
 
     def __repr__(self) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from flwr.common import FitIns, Parameters
+from flwr.common import FitIns, GetPropertiesIns, Parameters
 
 from ..rng import derive_seed, round_generator
 from .mod import PAIR_ROLE, PAIR_SEED
-from .strategy import ServerRule
+from .strategy import CLIENT_ID, ServerRule
 
 
 def assign_pairs(n: int, *, seed: int, round: int) -> list[tuple[str, int]]:
@@ -28,7 +28,8 @@ def assign_pairs(n: int, *, seed: int, round: int) -> list[tuple[str, int]]:
 class PairedRule(ServerRule):
     """A :class:`~ldptut.flower.ServerRule` (mean by default) that also pairs the round's clients for correlated
     reports (CoQ-FL / CorBin-FL, Algorithm 1): each sampled client's fit config gains ``pair_role`` ("leader",
-    "follower" or "alone") and ``pair_seed`` (:func:`assign_pairs`; the clients in the order of their node ids), which
+    "follower" or "alone") and ``pair_seed`` (:func:`assign_pairs` over the clients in the order of their ids, as the
+    engine orders its rows: the same pairs as :class:`ldptut.fl.PairedPerturbation` forms), which
     :class:`~ldptut.flower.PrivatizerMod` hands to :class:`ldptut.fl.PairedPerturbation`.
 
     **The server chooses the seeds here, so it knows every pair's shared index K.** With K and the leader's report it
@@ -39,9 +40,25 @@ class PairedRule(ServerRule):
     reports of a pair is not ε-LDP for either client (the chapter's joint-view finding): each client's guarantee covers
     its own report only."""
 
+    def __init__(self, rule: Any = "mean", **kwargs: Any):
+        super().__init__(rule, **kwargs)
+        self._ids: dict[str, int] = {}   # node id -> the client's id, asked once per node
+
+    def client_id(self, proxy: Any, server_round: int) -> int:
+        """The client's id (what the engine numbers its clients by), asked once with a properties query, which
+        :class:`~ldptut.flower.PrivatizerMod` answers from the node config. Flower's node ids are random in a
+        simulation: ordering the clients by them would pair them differently in every run."""
+        if proxy.cid not in self._ids:
+            res = proxy.get_properties(GetPropertiesIns(config={}), timeout=None, group_id=server_round)
+            if CLIENT_ID not in res.properties:
+                raise ValueError(f"client {proxy.cid} does not report its {CLIENT_ID!r} property: put "
+                                 "ldptut.flower.PrivatizerMod on the clients (it answers the query)")
+            self._ids[proxy.cid] = int(res.properties[CLIENT_ID])
+        return self._ids[proxy.cid]
+
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
         clients = super().configure_fit(server_round, parameters, client_manager)
-        clients = sorted(clients, key=lambda c: int(c[0].cid) if str(c[0].cid).isdigit() else str(c[0].cid))
+        clients = sorted(clients, key=lambda c: self.client_id(c[0], server_round))
         roles = assign_pairs(len(clients), seed=self.seed, round=server_round)
         out = []
         for (proxy, ins), (role, pair_seed) in zip(clients, roles):

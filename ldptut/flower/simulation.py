@@ -21,6 +21,7 @@ from torch import nn
 from ..fl.engine import evaluate
 from ..fl.layout import ParamLayout, load_vector
 from ..fl.spec import FLConfig, FLResult, Run
+from ..rng import derive_seed
 from .mod import PrivatizerMod, fit_config
 from .pairing import PairedRule
 from .strategy import CLIENT_ID, ServerRule
@@ -32,7 +33,8 @@ def _arrays(vec: torch.Tensor, layout: ParamLayout) -> list[np.ndarray]:
 
 class _Client(NumPyClient):
     """A client that trains as the engine's trainer trains it (its batches from its own "batches" stream of the
-    round): the run's trainer session over this client alone."""
+    round): the run's trainer session over this client alone. Its fit metrics carry its id (what the server rules
+    order the clients by), with or without :class:`~ldptut.flower.PrivatizerMod`."""
 
     def __init__(self, cid: int, config: FLConfig, run: Run, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                  threads: Optional[int]):
@@ -43,6 +45,10 @@ class _Client(NumPyClient):
 
     def fit(self, parameters: list[np.ndarray], config: dict) -> tuple[list[np.ndarray], int, dict]:
         glob = torch.cat([torch.as_tensor(np.array(a, dtype=np.float32)).reshape(-1) for a in parameters])
+        # NumPy's global generator, seeded from this client's stream of the round: a Mod that draws from it (Flower's
+        # LocalDpMod) is then reproducible too
+        np.random.seed(derive_seed(self.run.seed, "round", int(config["server_round"]), "client", self.cid,
+                                   "numpy-global") % 2 ** 32)
         trained = self.session.train(round=int(config["server_round"]), global_vectors=glob[None],
                                      client_ids=[torch.tensor([self.cid])])[0][0]
         return _arrays(trained.detach(), self.layout), len(self.run.partition[self.cid]), {CLIENT_ID: self.cid}
@@ -121,6 +127,8 @@ def simulate(config: FLConfig, run: Run, *, model: nn.Module, x_train: torch.Ten
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=config.rounds))
 
     def client_fn(ctx: Any) -> Any:
+        if not verbose:   # in the Ray worker: Flower's Mods (LocalDpMod) log every call at INFO
+            logging.getLogger("flwr").setLevel(logging.WARNING)
         cid = int(ctx.node_config["partition-id"])
         return _Client(cid, config, run, model, x_train, y_train, threads_per_client).to_client()
 
