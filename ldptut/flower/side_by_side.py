@@ -9,8 +9,7 @@ trains with one torch thread, as each Flower client does (floating-point sums de
 from __future__ import annotations
 
 import math
-import time
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 import torch
