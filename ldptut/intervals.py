@@ -87,8 +87,10 @@ def format_interval(values: pd.Series, *, level: float = 0.95, fmt: str = ".1f")
     return "" if ci is None else f"[{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
 
 
-def _num(v: float, fmt: str) -> str:
-    """``v`` in ``fmt`` without a signed zero ("-0.0" is "+0.0" or "0.0")."""
+def number_text(v: float, fmt: str) -> str:
+    """``v`` in ``fmt`` without a signed zero ("-0.0" is "+0.0" or "0.0"), rounded as the table cells round it (a
+    NumPy float rounds half to even after scaling, e.g. 69.35 to 69.4, where Python's format gives 69.3): the one
+    formatting of a number that prose and tables share."""
     digits = int(fmt.rstrip("f").split(".")[-1] or 0)
     return f"{round(v, digits) + 0.0:{fmt}}"
 
@@ -102,7 +104,7 @@ def interval_cell(values: pd.Series, fmt: str = ".1f") -> str:
     if not len(ok):
         return f"diverged ({gone} of {len(values)})"
     ci = t_interval(ok)
-    out = _num(ok.mean(), fmt) + (f" [{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]" if ci else f" ({len(ok)} seed)")
+    out = number_text(ok.mean(), fmt) + (f" [{number_text(ci[0], fmt)}, {number_text(ci[1], fmt)}]" if ci else f" ({len(ok)} seed)")
     return out + (f", {gone} of {len(values)} diverged" if gone else "")
 
 

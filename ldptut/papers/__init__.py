@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any, Optional
 
 # the seed statistics every paper module uses, from the generic module that holds them (kept importable from here)
-from ..intervals import (_num, cv_interval, finite_accuracy, format_interval, interval_cell, mean_std,  # noqa: F401
+from ..intervals import (number_text, cv_interval, finite_accuracy, format_interval, interval_cell, mean_std,  # noqa: F401
                          paired_cell, t_interval, welch_interval)
 
 __all__ = ["Paper", "Reported", "PAPERS", "paper_modules", "mean_std", "t_interval", "cv_interval", "format_interval",

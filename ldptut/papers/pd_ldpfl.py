@@ -30,7 +30,7 @@ from ..mechanisms import Piecewise
 from ..params import ChapterParams, P, chapter_params, param
 from ..personal import TRANSFORMS, PersonalizedLocalSGD
 from ..training import OptimizerSpec
-from . import Paper, Reported, _num, finite_accuracy, interval_cell, mean_std, paired_cell, t_interval
+from . import Paper, Reported, number_text, finite_accuracy, interval_cell, mean_std, paired_cell, t_interval
 
 __all__ = ["PAPER", "EPSILON_UNIT", "SETTINGS", "REPORTED", "TABLE1", "SCALINGS", "LayerScaledPiecewise",
            "scaled_variance", "composed_epsilon", "outside_unit_share", "PdLdpflConfig", "METHODS", "method_config",
@@ -777,7 +777,7 @@ def sweep_words(runs: pd.DataFrame) -> dict[str, str]:
     cost = noise_cost(runs).dropna(subset=["PM costs (points)"])
     for e, part in cost.groupby("ε"):
         lo, hi = part["PM costs (points)"].min(), part["PM costs (points)"].max()
-        words[f"cost_{e:g}"] = f"{_num(lo, '+.1f')} to {_num(hi, '+.1f')}"   # no signed zero
+        words[f"cost_{e:g}"] = f"{number_text(lo, '+.1f')} to {number_text(hi, '+.1f')}"   # no signed zero
     return words
 
 
@@ -1061,11 +1061,11 @@ def paper_scale(stored: pd.DataFrame) -> PaperScale:
         lead_pm = acc[("with PM (%)", "pd_ldpfl")] - acc[("with PM (%)", "fedavg")]
         lead_clear = acc[("no noise (%)", "pd_ldpfl")] - acc[("no noise (%)", "fedavg")]
         names = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
-        words["control"] = "; ".join(f"{names.get(ds, ds)}, {n} clients: {_num(lead_pm[(ds, n)], '+.1f')} with PM, "
-                                     f"{_num(lead_clear[(ds, n)], '+.1f')} without" for ds, n in lead_pm.index
+        words["control"] = "; ".join(f"{names.get(ds, ds)}, {n} clients: {number_text(lead_pm[(ds, n)], '+.1f')} with PM, "
+                                     f"{number_text(lead_clear[(ds, n)], '+.1f')} without" for ds, n in lead_pm.index
                                      if pd.notna(lead_pm[(ds, n)]) and pd.notna(lead_clear[(ds, n)]))
-        words["cost"] = (f"{_num(cost['PM costs (points)'].min(), '+.1f')} to "
-                         f"{_num(cost['PM costs (points)'].max(), '+.1f')}")
+        words["cost"] = (f"{number_text(cost['PM costs (points)'].min(), '+.1f')} to "
+                         f"{number_text(cost['PM costs (points)'].max(), '+.1f')}")
         gap = (lead_pm.round(1) - lead_clear.round(1)).abs().dropna()   # as the rounded leads read
         if len(gap):
             words["control_gap"] = f"{gap.max():.1f}"
