@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 
+import flwr
+import ray
 import torch
 
 from ldptut import data, fl, flower
 from ldptut.papers import comparison as C
+from ldptut.provenance import machine_summary
 
 
 def median_round(res: fl.FLResult) -> float:
@@ -42,8 +44,8 @@ def main() -> None:
         ap.error("--rounds must be at least 2 (the first round is timed apart)")
     ds = data.load_mnist()
     threads = torch.get_num_threads()
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
-          f"({threads} threads), {args.clients} clients x {args.images // args.clients} images, {args.rounds} rounds")
+    print(f"{machine_summary()}; {threads} torch threads; flwr {flwr.__version__}, ray {ray.__version__}; "
+          f"{args.clients} clients x {args.images // args.clients} images, {args.rounds} rounds")
     print("| run | (a) engine, 1 thread s/round | (b) engine, "
           f"{threads} threads s/round | (c) Flower, {args.cpus} workers s/round | (c) round 1 s | (c)/(a) | (c)/(b) |")
     print("|---|---|---|---|---|---|---|")
