@@ -28,6 +28,13 @@ def _draw(mech, n=200_000, seed=0):
     return mech.privatize_pairs(L, F, shared=generator(seed, "shared"), local=generator(seed, "local"))
 
 
+def _draw_as(mech, n=200_000, seed=0):
+    """Leader and follower drawn apart (a federation): the same shared seed, each its own coin."""
+    L, F = XL.repeat(n, 1), XF.repeat(n, 1)
+    return (mech.privatize_as(L, role="leader", shared=generator(seed, "pair"), own=generator(seed, "leader")),
+            mech.privatize_as(F, role="follower", shared=generator(seed, "pair"), own=generator(seed, "follower")))
+
+
 def _within(freq, p, n, k=5.0):
     se = torch.sqrt(p * (1 - p) / n).clamp(min=1.0 / n)
     return bool(((freq - p).abs() <= k * se).all())
@@ -44,13 +51,16 @@ def test_codebook_cdf_is_the_law_of_numrand_biased_bits_read_as_an_integer(nr, p
 
 
 # ---------------------------------------------------------------------------------------- the sampler
-@pytest.mark.parametrize("nr,px", [(0, 0.5), (1, 0.5), (3, 0.3), (8, 0.5)])
-def test_pair_sampler_matches_the_exact_joint_law(nr, px):
+@pytest.mark.parametrize("nr,px", [(0, 0.5), (1, 0.5), (3, 0.3), (5, 0.5), (8, 0.5)])
+@pytest.mark.parametrize("sampler", ["batched", "apart"])
+def test_pair_sampler_matches_the_exact_joint_law(nr, px, sampler):
+    """Both samplers: the batched one (privatize_pairs) and each client drawing apart from the pair's seed
+    (privatize_as, a federation)."""
     mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=nr, p_x=px)
     n = 200_000
-    ol, of = _draw(mech, n)
+    ol, of = (_draw if sampler == "batched" else _draw_as)(mech, n)
     lo, hi = mech.output_values(XL)
-    assert bool(((ol == lo.float()) | (ol == hi.float())).all())
+    assert bool(((ol == lo.float()) | (ol == hi.float())).all()) and ol.dtype == torch.float32
     _, probs = mech.joint_distribution(XL, XF)
     pl, pf = (ol > 0), (of > 0)
     for i, a in enumerate((~pl, pl)):
@@ -685,27 +695,6 @@ def test_key_numbers_say_the_fixed_range_runs_alone():
 
 
 # ---------------------------------------------------------------------------------------- one client at a time
-def _draw_as(mech, n=200_000, seed=0):
-    """Leader and follower drawn apart (a federation): the same shared seed, each its own coin."""
-    L, F = XL.repeat(n, 1), XF.repeat(n, 1)
-    return (mech.privatize_as(L, role="leader", shared=generator(seed, "pair"), own=generator(seed, "leader")),
-            mech.privatize_as(F, role="follower", shared=generator(seed, "pair"), own=generator(seed, "follower")))
-
-
-@pytest.mark.parametrize("nr,px", [(0, 0.5), (1, 0.5), (3, 0.3), (5, 0.5), (8, 0.5)])
-def test_clients_drawing_apart_from_a_shared_seed_have_the_pairs_exact_joint_law(nr, px):
-    mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=nr, p_x=px)
-    n = 200_000
-    ol, of = _draw_as(mech, n)
-    lo, hi = mech.output_values(XL)
-    assert bool(((ol == lo.float()) | (ol == hi.float())).all()) and ol.dtype == torch.float32
-    _, probs = mech.joint_distribution(XL, XF)
-    pl, pf = (ol > 0), (of > 0)
-    for i, a in enumerate((~pl, pl)):
-        for j, b in enumerate((~pf, pf)):
-            assert _within((a & b).double().mean(0), probs[:, i, j], n), (i, j)
-
-
 def test_apart_draws_are_negatively_correlated_only_through_the_shared_seed():
     mech = CorrelatedTwoPoint(epsilon=1.0, num_rand=5)
     x = torch.zeros(100_000, 4)

@@ -262,7 +262,7 @@ def localdp_table(epsilons: list[float], *, delta: float, clip: float) -> pd.Dat
         rows.append({"stated ε (per model per round)": e, "δ": delta, "LocalDpMod's σ": s,
                      "exact ε of that σ at δ": exact, "exact / stated": exact / e,
                      "σ the exact calibration needs": gaussian_sigma(e, delta, sens),
-                     "formula valid (ε < 1)": "yes" if e < 1 else "no"})
+                     "covered by its theorem (ε < 1)": "yes" if e < 1 else "no"})
     return pd.DataFrame(rows)
 
 
