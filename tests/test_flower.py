@@ -3,6 +3,8 @@ the same random stream, and its reports follow the mechanism's law. Skipped when
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -337,7 +339,11 @@ def test_a_flower_simulation_of_a_run_reproduces_the_engines_run_exactly():
 
     priv = LocalPerturbation(mechanism=TwoPoint, epsilon=2.0, range=FixedRange(0.0, 1.0))
     config, run, inputs = _tiny_setting(priv, seed=4)
+    environ, path = dict(os.environ), list(sys.path)
     fed = flower.simulate(config, run, **inputs)
+    # Ray's and Flower's settings for their workers do not stay in this process (a later subprocess would import
+    # from the PYTHONPATH they set)
+    assert dict(os.environ) == environ and sys.path == path
     eng = _one_thread(fl.simulate, config, [run], **inputs)
     assert torch.equal(fed.weights, eng.weights)
     cols = ["round", "accuracy", "loss", "epsilon_round", "epsilon_total"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
+import sys
 import time
 import warnings
 from typing import Any, Optional, Sequence
@@ -134,6 +136,11 @@ def simulate(config: FLConfig, run: Run, *, model: nn.Module, x_train: torch.Ten
 
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
+    # Ray and Flower set variables in this process's environment for their workers and leave them set (PYTHONPATH to
+    # this interpreter's sys.path, RAY_CLIENT_MODE, PYTHONBREAKPOINT, ...): a later subprocess would import from that
+    # PYTHONPATH (pip then took an editable install for the wheel it was asked to install). The environment and
+    # sys.path are restored after the run
+    environ, path = dict(os.environ), list(sys.path)
     if not verbose:   # Flower logs every round at INFO and warns that run_simulation is deprecated (for `flwr run`)
         flwr_logger.setLevel(logging.ERROR)
     try:
@@ -146,6 +153,9 @@ def simulate(config: FLConfig, run: Run, *, model: nn.Module, x_train: torch.Ten
                            verbose_logging=verbose)
     finally:
         flwr_logger.setLevel(level)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = path
     if len(rows) != config.rounds:
         raise RuntimeError(f"the Flower simulation finished {len(rows)} of {config.rounds} rounds (run with "
                            "verbose=True to see Flower's log)")
