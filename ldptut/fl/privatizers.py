@@ -74,6 +74,15 @@ class ClipToRange:
         return f"ClipToRange(range={self.range})"
 
 
+def pair_rows(m: int, *, seed: int, round: int) -> tuple[torch.Tensor, torch.Tensor, Optional[int]]:
+    """The round's random pairing of m clients (rows in client-id order): (leader rows, follower rows, the odd row or
+    None), from a permutation of the server's "pairing" stream, pair k = (perm[2k], perm[2k + 1]). The engine's
+    :class:`PairedPerturbation` and a federation's server (``ldptut.flower.assign_pairs``) pair alike."""
+    perm = torch.randperm(m, generator=round_generator(seed, round, "pairing"))
+    k = m // 2
+    return perm[0:2 * k:2], perm[1:2 * k:2], (int(perm[-1]) if m % 2 else None)
+
+
 class PairedPerturbation:
     """Clip to a range and perturb with LDP-FL's two-point mechanism, the sampled clients paired at random
     each round and each pair negatively correlated (CoQ-FL / CorBin-FL, Algorithm 1).
@@ -109,11 +118,9 @@ class PairedPerturbation:
 
     @staticmethod
     def pairs(context: RoundContext) -> tuple[torch.Tensor, torch.Tensor, Optional[int]]:
-        """(leader rows, follower rows, the odd row or None): rows of this round's payloads, paired at random."""
-        m = len(context.client_ids)
-        perm = torch.randperm(m, generator=round_generator(context.seed, context.round, "pairing"))
-        k = m // 2
-        return perm[0:2 * k:2], perm[1:2 * k:2], (int(perm[-1]) if m % 2 else None)
+        """(leader rows, follower rows, the odd row or None): rows of this round's payloads, paired at random
+        (:func:`pair_rows`)."""
+        return pair_rows(len(context.client_ids), seed=context.seed, round=context.round)
 
     def __call__(self, payloads: torch.Tensor, *, context: RoundContext) -> torch.Tensor:
         mech = self.mechanism(context)

@@ -39,7 +39,13 @@ def _layout(arrays: list[np.ndarray]) -> ParamLayout:
 
 
 def _flatten(arrays: list[np.ndarray]) -> torch.Tensor:
+    """Flower's parameter arrays as one float32 vector (copied: Flower's arrays may be read-only)."""
     return torch.cat([torch.as_tensor(np.array(a, dtype=np.float32, copy=True)).reshape(-1) for a in arrays])
+
+
+def _arrays(vec: torch.Tensor, layout: ParamLayout) -> list[np.ndarray]:
+    """The inverse of :func:`_flatten`: ``vec`` cut into the layout's arrays."""
+    return [vec[s].reshape(shape).numpy() for s, shape in zip(layout.slices, layout.shapes)]
 
 
 class _OneOfPair:
@@ -116,8 +122,7 @@ class PrivatizerMod:
             out = checked_privatize(_OneOfPair(self.privatizer, *pair), payload[None], ctx)[0]
         if self.send == "updates":
             out = ctx.global_vector + out
-        arrays = [out[s].reshape(shape).numpy() for s, shape in zip(ctx.layout.slices, ctx.layout.shapes)]
-        return arrays, self._metrics(ctx)
+        return _arrays(out, ctx.layout), self._metrics(ctx)
 
     def _metrics(self, ctx: RoundContext) -> dict[str, Any]:
         stated = getattr(self.privatizer, "guarantee", None)

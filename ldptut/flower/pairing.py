@@ -3,25 +3,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from flwr.common import FitIns, GetPropertiesIns, Parameters
 
-from ..rng import derive_seed, round_generator
+from ..fl.privatizers import pair_rows
+from ..rng import derive_seed
 from .mod import PAIR_ROLE, PAIR_SEED
 from .strategy import CLIENT_ID, ServerRule
 
 
 def assign_pairs(n: int, *, seed: int, round: int) -> list[tuple[str, int]]:
-    """(role, the pair's seed) for each of the round's n clients, in the order given: paired by a random permutation
-    (the server's "pairing" stream, as :meth:`ldptut.fl.PairedPerturbation.pairs` pairs the engine's rows), the first
+    """(role, the pair's seed) for each of the round's n clients, in the order given: paired as the engine pairs its
+    rows (:func:`ldptut.fl.privatizers.pair_rows`), the first
     of each pair the leader, the second the follower, an odd client out "alone"; pair k's seed is
     ``derive_seed(seed, "round", round, "pair-seed", k)``, so the two clients of a pair draw the same shared index
     (:meth:`ldptut.mechanisms.CorrelatedTwoPoint.privatize_as`) and different pairs independent ones."""
-    perm = torch.randperm(n, generator=round_generator(seed, round, "pairing")).tolist()
+    leaders, followers, _ = pair_rows(n, seed=seed, round=round)
     out: list[tuple[str, int]] = [("alone", 0)] * n
-    for k in range(n // 2):
+    for k, (a, b) in enumerate(zip(leaders.tolist(), followers.tolist())):
         s = derive_seed(seed, "round", round, "pair-seed", k)
-        out[perm[2 * k]], out[perm[2 * k + 1]] = ("leader", s), ("follower", s)
+        out[a], out[b] = ("leader", s), ("follower", s)
     return out
 
 

@@ -24,13 +24,9 @@ from ..fl.engine import evaluate
 from ..fl.layout import ParamLayout, load_vector
 from ..fl.spec import FLConfig, FLResult, Run
 from ..rng import derive_seed
-from .mod import PrivatizerMod, fit_config
+from .mod import PrivatizerMod, _arrays, _flatten, fit_config
 from .pairing import PairedRule
 from .strategy import CLIENT_ID, ServerRule
-
-
-def _arrays(vec: torch.Tensor, layout: ParamLayout) -> list[np.ndarray]:
-    return [vec[s].reshape(shape).numpy().copy() for s, shape in zip(layout.slices, layout.shapes)]
 
 
 class _Client(NumPyClient):
@@ -46,7 +42,7 @@ class _Client(NumPyClient):
         self.session = config.trainer.start(model=model, layout=self.layout, runs=[run], x_train=x, y_train=y)
 
     def fit(self, parameters: list[np.ndarray], config: dict) -> tuple[list[np.ndarray], int, dict]:
-        glob = torch.cat([torch.as_tensor(np.array(a, dtype=np.float32)).reshape(-1) for a in parameters])
+        glob = _flatten(parameters)
         # NumPy's global generator, seeded from this client's stream of the round: a Mod that draws from it (Flower's
         # LocalDpMod) is then reproducible too
         np.random.seed(derive_seed(self.run.seed, "round", int(config["server_round"]), "client", self.cid,
@@ -104,7 +100,7 @@ def simulate(config: FLConfig, run: Run, *, model: nn.Module, x_train: torch.Ten
     clock = [time.perf_counter()]
 
     def evaluate_fn(server_round: int, parameters: list[np.ndarray], cfg: dict) -> tuple[float, dict]:
-        vec = torch.cat([torch.as_tensor(np.array(a, dtype=np.float32)).reshape(-1) for a in parameters])
+        vec = _flatten(parameters)
         acc, loss = evaluate(load_vector(eval_model, layout, vec), x_test, y_test, batch_size=config.eval_batch_size)
         now = time.perf_counter()
         if server_round > 0:
@@ -156,12 +152,12 @@ def simulate(config: FLConfig, run: Run, *, model: nn.Module, x_train: torch.Ten
         os.environ.clear()
         os.environ.update(environ)
         sys.path[:] = path
-    if len(rows) != config.rounds:
-        raise RuntimeError(f"the Flower simulation finished {len(rows)} of {config.rounds} rounds (run with "
-                           "verbose=True to see Flower's log)")
+    if not len(rows) == len(spent) == config.rounds:
+        raise RuntimeError(f"the Flower simulation finished {len(rows)} of {config.rounds} rounds and aggregated "
+                           f"{len(spent)} (run with verbose=True to see Flower's log)")
     weights = rows[-1]["_weights"]
     total = 0.0
-    for row, eps in zip(rows, spent if len(spent) == len(rows) else [{}] * len(rows)):
+    for row, eps in zip(rows, spent):
         row.pop("_weights")
         if "epsilon_round" in eps:
             pure = eps.get("delta_round", 0.0) == 0.0

@@ -13,7 +13,7 @@ from ..fl.aggregators import make_aggregator
 from ..fl.checks import checked_aggregate
 from ..fl.context import RoundContext
 from ..rng import round_generator
-from .mod import SENDS, _flatten, _layout
+from .mod import SENDS, _arrays, _flatten, _layout
 
 #: The fit metric :class:`~ldptut.flower.PrivatizerMod` writes each client's id to (what the rules index by).
 CLIENT_ID = "client_id"
@@ -66,7 +66,7 @@ class ServerRule(FedAvg):
         vec, metrics = checked_aggregate(self.rule, payloads, ctx)
         if self.send == "updates":
             vec = glob + vec
-        arrays = [vec[s].reshape(shape).numpy() for s, shape in zip(layout.slices, layout.shapes)]
+        arrays = _arrays(vec, layout)
         out = {k: v for k, v in metrics.items() if isinstance(v, (bool, int, float, str, bytes))}
         if self.fit_metrics_aggregation_fn is not None:
             out.update(self.fit_metrics_aggregation_fn([(res.num_examples, res.metrics) for _, res in results]))
